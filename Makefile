@@ -1,0 +1,47 @@
+# playpen — every target works on a fresh machine: the ones that need the venv create it first.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup test demo bench lock image devcluster devcluster-stop tiny clean
+
+# The venv installs requirements/cpu.txt: the exact pins of requirements/lock.txt minus CUDA-only wheels.
+# torch goes first (the local CPU wheel) so DeepSpeed's source build finds it; DS_BUILD_OPS=0 defers op builds.
+$(VENV)/.installed: pyproject.toml requirements/cpu.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q "torch==$$(sed -n 's/^torch==//p' requirements/cpu.txt)"
+	DS_BUILD_OPS=0 $(VENV)/bin/pip install -q -r requirements/cpu.txt
+	$(VENV)/bin/pip install -q --no-deps -e .
+	touch $@
+
+setup: $(VENV)/.installed  ## venv + pinned install + the bundled tiny model (idempotent)
+	$(PY) -m playpen.models.tiny
+
+tiny: $(VENV)/.installed
+	$(PY) -m playpen.models.tiny --force
+
+test: setup  ## the whole suite, SLURM tests included (they start the dev cluster themselves)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: setup  ## GRPO+LoRA self-play on playpen-tiny through the same submit path a cluster user takes
+	$(PY) -m playpen.submit grpo --config configs/grpo/demo.yaml --executor local --wait
+
+bench: setup  ## benchmarks; results are written to bench/results/*.md
+	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+lock: $(VENV)/.installed  ## re-resolve requirements/lock.txt from pyproject.toml, derive cpu.txt and the defs
+	bash requirements/lock.sh
+
+image: $(VENV)/.installed  ## build the Apptainer image from containers/playpen.def
+	bash containers/build.sh
+
+devcluster:  ## a real 2-node SLURM cluster on this machine (root)
+	bash slurm/devcluster.sh start
+
+devcluster-stop:
+	bash slurm/devcluster.sh stop
+
+clean:
+	rm -rf runs playpen-eval .pytest_cache

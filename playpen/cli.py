@@ -1,0 +1,94 @@
+"""`playpen` command line: parse, then call one function. Heavy imports (torch, trl) happen inside commands.
+
+    playpen list models [-v] | games [-v]
+    playpen train {sft,dpo,grpo} --config configs/... [key=value ...]
+    playpen run my_trainer.py -l LEARNER [-t TEACHER] [-L MAX_TOKENS] [-T TEMPERATURE]
+    playpen eval MODEL [-g GAME ...] [-r RESULTS_DIR] [--skip_gameplay]
+    playpen data RESULTS_DIR -o dataset.jsonl [--game G] [--outcome success] [--model M]
+    playpen build-tiny [--force]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+from playpen.errors import PlaypenError
+
+# command → module that provides add_arguments(parser) and main(args) -> int; imported only when needed
+COMMANDS = {
+    "train": ("playpen.train.cli", "train a model with one method (sft, dpo, grpo) from a YAML config"),
+    "run": ("playpen.train.cli_run", "run a user-written trainer class (playpen run FILE -l LEARNER)"),
+    "eval": ("playpen.eval.cli", "play and score the validation games: clemscore and statscore"),
+    "data": ("playpen.data", "turn interactions.json files into a conversational dataset (jsonl)"),
+}
+
+
+def list_models(verbose: bool) -> None:
+    from playpen.registry import model_entries
+
+    entries = model_entries()
+    shadowed = set()
+    for entry in entries:
+        state = "  (shadowed by custom entry)" if entry.name in shadowed else ""
+        shadowed.add(entry.name)
+        where = entry.spec.get("huggingface_id") or entry.spec.get("model_id") or ""
+        print(f"{entry.name:32s} {entry.spec.get('backend', '?'):18s} {entry.source}{state}")
+        if verbose:
+            print(f"{'':32s} {where}")
+            print(f"{'':32s} model_config={json.dumps(entry.spec.get('model_config', {}))}")
+
+
+def list_games(verbose: bool) -> None:
+    from playpen.registry import game_entries
+
+    for entry in game_entries():
+        print(f"{entry.name:24s} players={entry.spec.get('players', '?')!s:4s} {entry.source}")
+        if verbose:
+            print(f"{'':24s} {entry.path}")
+            print(f"{'':24s} {entry.spec.get('description', '')}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser_for(argv)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "list":
+            (list_models if args.what == "models" else list_games)(args.verbose)
+            return 0
+        if args.command == "build-tiny":
+            from playpen.models.tiny import build, default_path, is_built
+
+            path = default_path()
+            if args.force or not is_built(path):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                build(path)
+            print(path)
+            return 0
+        return importlib.import_module(COMMANDS[args.command][0]).main(args) or 0
+    except PlaypenError as e:
+        print(f"playpen: error: {e}", file=sys.stderr)
+        return 2
+
+
+def build_parser_for(argv: list[str]) -> argparse.ArgumentParser:
+    """Only the chosen command's module is imported to add its arguments (keeps `playpen list` instant)."""
+    parser = argparse.ArgumentParser(prog="playpen", description="Train and evaluate chat LLMs in interaction.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    listing = commands.add_parser("list", help="list registered models or games")
+    listing.add_argument("what", choices=["models", "games"])
+    listing.add_argument("-v", "--verbose", action="store_true")
+    tiny = commands.add_parser("build-tiny", help="build the bundled tiny model (playpen-tiny)")
+    tiny.add_argument("--force", action="store_true", help="rebuild even if an up-to-date build exists")
+    chosen = argv[0] if argv else None
+    for name, (module, help_text) in COMMANDS.items():
+        sub = commands.add_parser(name, help=help_text)
+        if name == chosen:
+            importlib.import_module(module).add_arguments(sub)
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""Where models and games come from.
+
+Models: `./model_registry.json` (entries there win), then the entries training runs registered under the storage
+root (`<storage_root>/<experiment>/<run_id>/model_registry.json`), then the packaged
+`playpen/models/model_registry.json`.
+Entries use clemcore's ModelSpec format, so `model_config` keys (peft_model, load_in_8bit, load_in_4bit,
+eos_to_cull, premade_chat_template, ...) mean exactly what clemcore's backends make of them.
+Games: built-in games under `playpen/games/` plus benchmarks listed in `./game_registry.json`
+(`[{"benchmark_path": ...}]`, e.g. a clembench checkout).
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from playpen.errors import PlaypenError
+
+PACKAGED_MODELS = Path(__file__).parent / "models" / "model_registry.json"
+BUILTIN_GAMES = Path(__file__).parent / "games"
+MODEL_REGISTRY_FILE = "model_registry.json"
+GAME_REGISTRY_FILE = "game_registry.json"
+TINY_MODEL = "playpen-tiny"
+
+
+def playpen_home() -> Path:
+    """Built models and caches; point $PLAYPEN_HOME at scratch on a cluster."""
+    return Path(os.environ.get("PLAYPEN_HOME") or Path.home() / ".cache" / "playpen").expanduser()
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise PlaypenError(f"{path}:{e.lineno}:{e.colno}: malformed JSON: {e.msg}") from None
+
+
+# ---------------------------------------------------------------- models
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    spec: dict  # clemcore ModelSpec fields
+    source: str  # "packaged" or the path of the custom registry file
+
+
+def _entries_from(path: Path, source: str) -> list[ModelEntry]:
+    data = _read_json(path)
+    if not isinstance(data, list):
+        raise PlaypenError(f"{path}: must be a JSON list of model entries, got {type(data).__name__}")
+    entries = []
+    for i, spec in enumerate(data):
+        if not isinstance(spec, dict) or not isinstance(spec.get("model_name"), str):
+            raise PlaypenError(f"{path}: entry {i} needs a string 'model_name' (clemcore ModelSpec format)")
+        entries.append(ModelEntry(spec["model_name"], spec, source))
+    return entries
+
+
+def custom_model_registry(cwd: Path | None = None) -> Path:
+    return (cwd or Path.cwd()) / MODEL_REGISTRY_FILE
+
+
+def run_registries(storage_root: Path | None = None) -> list[Path]:
+    """Registries written by finished training runs, newest first (only existing roots are scanned)."""
+    root = storage_root or Path(os.environ.get("PLAYPEN_STORAGE") or "runs").expanduser()
+    if not root.is_dir():
+        return []
+    return sorted(root.glob(f"*/*/{MODEL_REGISTRY_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def model_entries(cwd: Path | None = None, storage_root: Path | None = None) -> list[ModelEntry]:
+    """Custom entries first, then trained runs, then packaged: the first entry with a name wins."""
+    custom = custom_model_registry(cwd)
+    entries = _entries_from(custom, str(custom)) if custom.is_file() else []
+    for registry in run_registries(storage_root):
+        entries += _entries_from(registry, str(registry))
+    return entries + _entries_from(PACKAGED_MODELS, "packaged")
+
+
+def _expand(spec: dict) -> dict:
+    spec = json.loads(json.dumps(spec))  # deep copy
+    if isinstance(spec.get("huggingface_id"), str):
+        spec["huggingface_id"] = spec["huggingface_id"].replace("{playpen_home}", str(playpen_home()))
+    return spec
+
+
+def resolve_model(name: str, cwd: Path | None = None, storage_root: Path | None = None) -> dict:
+    """The full clemcore ModelSpec dict for a registered name (or a run directory that registered a model);
+    unknown names get the closest suggestions."""
+    run_registry = Path(name).expanduser() / MODEL_REGISTRY_FILE
+    if run_registry.is_file():
+        return _expand(_entries_from(run_registry, str(run_registry))[-1].spec)
+    entries = model_entries(cwd, storage_root)
+    for entry in entries:
+        if entry.name == name:
+            return _expand(entry.spec)
+    names = sorted({e.name for e in entries})
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.4)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise PlaypenError(f"unknown model '{name}'; {hint}see `playpen list models` "
+                       f"or add it to ./{MODEL_REGISTRY_FILE}")
+
+
+def register_model(spec: dict, registry: Path | None = None) -> Path:
+    """Add or replace an entry in a custom registry (default ./model_registry.json), keeping other entries."""
+    from playpen.storage import atomic_write_json
+
+    registry = registry or custom_model_registry()
+    entries = _read_json(registry) if registry.is_file() else []
+    if not isinstance(entries, list):
+        raise PlaypenError(f"{registry}: must be a JSON list of model entries; fix it before registering")
+    entries = [e for e in entries if e.get("model_name") != spec["model_name"]] + [spec]
+    atomic_write_json(registry, entries)
+    return registry
+
+
+# ---------------------------------------------------------------- games
+
+@dataclass(frozen=True)
+class GameEntry:
+    name: str
+    path: Path  # the folder holding clemgame.json
+    source: str  # "built-in" or the game_registry.json that listed it
+    spec: dict
+
+
+def _games_in(folder: Path, source: str, depth: int = 3) -> list[GameEntry]:
+    """clemgame.json files below `folder` (as clemcore searches); one file may hold a list of specs."""
+    found = []
+    spec_file = folder / "clemgame.json"
+    if spec_file.is_file():
+        data = _read_json(spec_file)
+        for spec in data if isinstance(data, list) else [data]:
+            found.append(GameEntry(spec["game_name"], folder, source, spec))
+        return found
+    if depth == 0:
+        return found
+    for child in sorted(folder.iterdir()):
+        if child.is_dir() and not child.name.startswith((".", "_")) and child.name not in ("in", "resources"):
+            found += _games_in(child, source, depth - 1)
+    return found
+
+
+def game_entries(cwd: Path | None = None) -> list[GameEntry]:
+    entries = _games_in(BUILTIN_GAMES, "built-in") if BUILTIN_GAMES.is_dir() else []
+    registry = (cwd or Path.cwd()) / GAME_REGISTRY_FILE
+    if registry.is_file():
+        listed = _read_json(registry)
+        if not isinstance(listed, list):
+            raise PlaypenError(f"{registry}: must be a JSON list like "
+                               f'[{{"benchmark_path": "path/to/clembench"}}]')
+        for item in listed:
+            raw = item.get("benchmark_path") or item.get("game_path") if isinstance(item, dict) else None
+            if not raw:
+                raise PlaypenError(f"{registry}: entry {item!r} needs a 'benchmark_path'")
+            path = (registry.parent / Path(raw).expanduser()).resolve()
+            if not path.is_dir():
+                raise PlaypenError(f"{registry}: benchmark_path {raw} does not exist ({path}); "
+                                   f"fix the path or remove the entry")
+            entries += _games_in(path, str(registry))
+    return entries
+
+
+def resolve_game(name: str, cwd: Path | None = None) -> GameEntry:
+    entries = game_entries(cwd)
+    for entry in entries:
+        if entry.name == name:
+            return entry
+    names = ", ".join(sorted({e.name for e in entries})) or "none"
+    raise PlaypenError(f"unknown game '{name}'; available: {names}")

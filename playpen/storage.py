@@ -1,0 +1,124 @@
+"""Run directories on shared storage and crash-safe file writes.
+
+Layout: <storage_root>/<experiment>/<run_id>/{config.yaml, checkpoints/, playpen-records/, logs/, metrics.jsonl}
+Every file other jobs may read is written atomically (temp file in the same folder, then rename), so a job
+killed mid-write never leaves a truncated file behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from playpen.errors import PlaypenError
+
+STORAGE_ENV = "PLAYPEN_STORAGE"
+DEFAULT_STORAGE = "runs"
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any, indent: int | None = 2) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False, default=str))
+
+
+def append_jsonl(path: str | Path, record: dict) -> None:
+    """One line per write with O_APPEND: concurrent writers never interleave within a line."""
+    line = (json.dumps(record, default=str) + "\n").encode("utf-8")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def resolve_storage_root(configured: str | Path | None = None) -> Path:
+    """Config value, else $PLAYPEN_STORAGE, else ./runs; must be writable (checked before anything runs)."""
+    root = Path(configured or os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE).expanduser().absolute()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PlaypenError(f"storage root {root} cannot be created ({e.strerror}); "
+                           f"set storage_root=<dir> or ${STORAGE_ENV} to a writable folder") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise PlaypenError(f"storage root {root} is not writable; "
+                           f"set storage_root=<dir> or ${STORAGE_ENV} to a writable folder")
+    return root
+
+
+def new_run_id() -> str:
+    """Sortable and unique across hosts: two jobs started in the same second still get distinct ids."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{socket.gethostname().split('.')[0]}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """One training or eval run on shared storage. Paths only; creating them is `create()`."""
+
+    path: Path
+
+    @property
+    def config(self) -> Path:
+        return self.path / "config.yaml"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def records(self) -> Path:
+        return self.path / "playpen-records"
+
+    @property
+    def logs(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def name(self) -> str:
+        return f"{self.path.parent.name}/{self.path.name}"
+
+    def create(self) -> "RunDir":
+        for d in (self.path, self.checkpoints, self.records, self.logs):
+            d.mkdir(parents=True, exist_ok=True)
+        return self
+
+    @classmethod
+    def for_experiment(cls, storage_root: str | Path | None, experiment: str, run_id: str | None = None) -> "RunDir":
+        if not experiment or "/" in experiment or experiment.startswith("."):
+            raise PlaypenError(f"experiment name {experiment!r} must be a plain folder name (no '/')")
+        return cls(resolve_storage_root(storage_root) / experiment / (run_id or new_run_id()))

@@ -1,0 +1,137 @@
+"""Pytest helper for the local SLURM dev cluster (slurm/devcluster.sh): a real 2-node cluster on this machine.
+
+Use it from a test module::
+
+    from tests.devcluster import devcluster  # noqa: F401  (the fixture)
+
+    @pytest.mark.slurm
+    def test_something(devcluster, tmp_path):
+        # os.environ["SLURM_CONF"] points at the dev cluster for the whole session
+        ...
+
+The session fixture starts the cluster when it is not running yet (installing SLURM with apt-get on a fresh
+machine) and stops it at the end of the session only when it started it. Where the machine cannot run it
+(not root, no apt-get and no SLURM installed, no unshare), the fixture skips, or fails when CI=true: CI must run
+these tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "slurm" / "devcluster.sh"
+# Partitions of the dev cluster: `debug` is the default (both nodes, MaxNodes=2); `urgent` has a higher priority
+# tier on the same nodes and preempts `debug` jobs by requeueing them.
+DEFAULT_PARTITION = "debug"
+URGENT_PARTITION = "urgent"
+NODES = ("node1", "node2")
+
+
+class DevClusterError(RuntimeError):
+    """slurm/devcluster.sh failed; the message carries its output."""
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("PLAYPEN_DEVCLUSTER_DIR", "/tmp/playpen-devcluster"))
+
+
+def cluster_env() -> dict[str, str]:
+    """The variables a client needs to talk to the dev cluster (what `devcluster.sh env` exports)."""
+    return {
+        "SLURM_CONF": str(state_dir() / "etc" / "slurm.conf"),
+        "PLAYPEN_DEVCLUSTER_DIR": str(state_dir()),
+    }
+
+
+def _run(command: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(SCRIPT), command],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def unavailable_reason() -> str | None:
+    """Why this machine cannot run the dev cluster, or None when it can."""
+    if not sys.platform.startswith("linux"):
+        return f"the SLURM dev cluster needs Linux (this is {sys.platform})"
+    if os.geteuid() != 0:
+        return "the SLURM dev cluster must be started as root (run the tests as root, or start it with: sudo make devcluster)"
+    if shutil.which("unshare") is None:
+        return "the SLURM dev cluster needs unshare (util-linux) to give each node its own hostname"
+    have_slurm = all(
+        shutil.which(b, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+        for b in ("slurmctld", "slurmd", "slurmdbd", "munged", "mariadbd", "sbatch", "sacct")
+    )
+    if not have_slurm and shutil.which("apt-get") is None:
+        return "SLURM is not installed and there is no apt-get to install it"
+    return None
+
+
+def is_running() -> bool:
+    """True when all daemons of the dev cluster run (`devcluster.sh status` exits 0)."""
+    return _run("status", timeout=60).returncode == 0
+
+
+def start_devcluster(timeout: float = 900) -> dict[str, str]:
+    """Start the dev cluster (idempotent; installs SLURM on first use) and return its client environment."""
+    proc = _run("start", timeout=timeout)
+    if proc.returncode != 0:
+        raise DevClusterError(
+            f"bash slurm/devcluster.sh start failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+    return cluster_env()
+
+
+def stop_devcluster(timeout: float = 120) -> None:
+    """Stop every process the dev cluster started (state and logs stay in the state dir)."""
+    proc = _run("stop", timeout=timeout)
+    if proc.returncode != 0:
+        raise DevClusterError(
+            f"bash slurm/devcluster.sh stop failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+@pytest.fixture(scope="session")
+def devcluster() -> Iterator[dict[str, str]]:
+    """Session fixture: a running dev cluster; os.environ[SLURM_CONF] points at it while the session lasts.
+
+    Yields the client environment (SLURM_CONF, PLAYPEN_DEVCLUSTER_DIR). Stops the cluster at the end only if
+    this fixture started it.
+    """
+    reason = unavailable_reason()
+    if reason is not None:
+        if _in_ci():
+            pytest.fail(f"CI=true but the SLURM dev cluster cannot run here: {reason}", pytrace=False)
+        pytest.skip(reason)
+    started_here = not is_running()
+    try:
+        env = start_devcluster()
+    except (DevClusterError, subprocess.TimeoutExpired) as e:
+        pytest.fail(str(e), pytrace=False)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield env
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if started_here:
+            stop_devcluster()
