@@ -10,13 +10,16 @@ Use it from a test module::
         ...
 
 The session fixture starts the cluster when it is not running yet (installing SLURM with apt-get on a fresh
-machine) and stops it at the end of the session only when it started it. Where the machine cannot run it
-(not root, no apt-get and no SLURM installed, no unshare), the fixture skips, or fails when CI=true: CI must run
-these tests.
+machine); the last test session using a cluster that tests started stops it (sessions hold leases, so parallel
+sessions share one cluster). A cluster started by hand (`make devcluster`) stays running. Where the machine
+cannot run it (not root, no apt-get and no SLURM installed, no namespaces), the fixture skips, or fails when
+CI=true: CI must run these tests.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -66,9 +69,18 @@ def unavailable_reason() -> str | None:
     if not sys.platform.startswith("linux"):
         return f"the SLURM dev cluster needs Linux (this is {sys.platform})"
     if os.geteuid() != 0:
-        return "the SLURM dev cluster must be started as root (run the tests as root, or start it with: sudo make devcluster)"
+        return (
+            "the SLURM dev cluster must be started as root "
+            "(run the tests as root, or start it first with: sudo make devcluster)"
+        )
     if shutil.which("unshare") is None:
         return "the SLURM dev cluster needs unshare (util-linux) to give each node its own hostname"
+    probe = subprocess.run(["unshare", "--uts", "--mount", "true"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        return (
+            "the SLURM dev cluster needs namespaces (unshare --uts --mount): "
+            "root with CAP_SYS_ADMIN (a VM or a privileged container)"
+        )
     have_slurm = all(
         shutil.which(b, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
         for b in ("slurmctld", "slurmd", "slurmdbd", "munged", "mariadbd", "sbatch", "sacct")
@@ -106,23 +118,71 @@ def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
 
 
+class _Leases:
+    """Which pytest sessions use a cluster that a fixture started.
+
+    Several sessions (engineers on one machine, xdist workers) may share the cluster. Each holds a lease file
+    (its pid) while it runs; the last one to finish stops the cluster, and only when a fixture started it
+    (marker file): a cluster started by hand (`make devcluster`) is never stopped by the tests. Lease
+    bookkeeping is serialised by a lock of its own (devcluster.sh takes $STATE/.lock while it runs).
+    """
+
+    def __init__(self) -> None:
+        self.dir = state_dir() / "leases"
+        self.marker = state_dir() / "run" / "started-by-pytest"
+        self.mine = self.dir / str(os.getpid())
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        state_dir().mkdir(parents=True, exist_ok=True)
+        with open(state_dir() / ".pytest-lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield
+
+    def others_alive(self) -> bool:
+        alive = False
+        for lease in self.dir.glob("*"):
+            if lease == self.mine:
+                continue
+            try:
+                os.kill(int(lease.name), 0)
+                alive = True
+            except (ValueError, ProcessLookupError):
+                lease.unlink(missing_ok=True)  # a session that died without teardown
+            except PermissionError:
+                alive = True  # alive, another user's
+        return alive
+
+
 @pytest.fixture(scope="session")
 def devcluster() -> Iterator[dict[str, str]]:
     """Session fixture: a running dev cluster; os.environ[SLURM_CONF] points at it while the session lasts.
 
-    Yields the client environment (SLURM_CONF, PLAYPEN_DEVCLUSTER_DIR). Stops the cluster at the end only if
-    this fixture started it.
+    Yields the client environment (SLURM_CONF, PLAYPEN_DEVCLUSTER_DIR). Starts the cluster when it is not
+    running (root only, installing SLURM on a fresh machine); the last session using a cluster that tests
+    started stops it. A cluster started by hand (`make devcluster`) is used as it is, by any user, and left
+    running.
     """
-    reason = unavailable_reason()
-    if reason is not None:
-        if _in_ci():
-            pytest.fail(f"CI=true but the SLURM dev cluster cannot run here: {reason}", pytrace=False)
-        pytest.skip(reason)
-    started_here = not is_running()
-    try:
-        env = start_devcluster()
-    except (DevClusterError, subprocess.TimeoutExpired) as e:
-        pytest.fail(str(e), pytrace=False)
+    leases: _Leases | None = None
+    if is_running() and os.geteuid() != 0:
+        pass  # use it; only root can start or stop it, so no lease
+    else:
+        reason = unavailable_reason()
+        if reason is not None:
+            if _in_ci():
+                pytest.fail(f"CI=true but the SLURM dev cluster cannot run here: {reason}", pytrace=False)
+            pytest.skip(reason)
+        leases = _Leases()
+        with leases.locked():
+            if not is_running():
+                try:
+                    start_devcluster()
+                except (DevClusterError, subprocess.TimeoutExpired) as e:
+                    pytest.fail(str(e), pytrace=False)
+                leases.marker.touch()
+            leases.dir.mkdir(exist_ok=True)
+            leases.mine.touch()
+    env = cluster_env()
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -133,5 +193,9 @@ def devcluster() -> Iterator[dict[str, str]]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        if started_here:
-            stop_devcluster()
+        if leases is not None:
+            with leases.locked():
+                leases.mine.unlink(missing_ok=True)
+                if leases.marker.exists() and not leases.others_alive():
+                    leases.marker.unlink()
+                    stop_devcluster()

@@ -1,4 +1,4 @@
-"""The local SLURM dev cluster runs real jobs: submitit results, 2 distinct nodes, sacct, USR2 requeue+resume."""
+"""The local SLURM dev cluster runs real jobs: submitit, 2 distinct nodes, sacct, USR2 and partition preemption."""
 
 from __future__ import annotations
 
@@ -34,18 +34,19 @@ def _executor(folder: Path, **params) -> submitit.SlurmExecutor:
     return ex
 
 
-def _wait(predicate, timeout: float, what: str, interval: float = 0.2):
+def _wait(predicate, timeout: float, what, interval: float = 0.2):
+    """Poll predicate until truthy; `what` (a string, or a callable for the current state) names it on timeout."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what() if callable(what) else what}")
 
 
 def _result(job: submitit.Job, timeout: float):
-    _wait(job.done, timeout, f"job {job.job_id} to finish (state {job.state})", interval=0.5)
+    _wait(job.done, timeout, lambda: f"job {job.job_id} to finish (state {job.state})", interval=0.5)
     return job.result()
 
 
@@ -60,7 +61,7 @@ def _nodes_state() -> dict[str, set[str]]:
 def test_both_nodes_idle_in_both_partitions(devcluster):
     want = {n: {f"{DEFAULT_PARTITION}:idle", f"{URGENT_PARTITION}:idle"} for n in NODES}
     # Idle unless another test's job still finishes.
-    _wait(lambda: _nodes_state() == want, 20, f"sinfo to show {want} (now {_nodes_state()})")
+    _wait(lambda: _nodes_state() == want, 20, lambda: f"sinfo to show {want} (now {_nodes_state()})")
     assert "debug*" in _sh("sinfo", "-h", "-o", "%P")  # debug is the default partition
 
 
@@ -131,3 +132,29 @@ def test_usr2_requeues_and_resumes_from_checkpoint(devcluster, tmp_path):
     # sacct keeps the interrupted run as a duplicate record in state REQUEUED.
     states = _sh("sacct", "-n", "-X", "-D", "-P", "-j", job.job_id, "-o", "State").split()
     assert "REQUEUED" in states, states
+
+
+def test_urgent_partition_preempts_debug_job_which_resumes(devcluster, tmp_path):
+    cpus = int(_sh("sinfo", "-h", "-n", "node1", "-o", "%c").split()[0])
+    work = tmp_path / "work"
+    work.mkdir()
+    # The debug job fills node1, so an urgent job for node1 can only start by preempting it.
+    ex = _executor(tmp_path / "submitit", cpus_per_task=cpus, additional_parameters={"nodelist": "node1"})
+    job = ex.submit(Counter(), str(work), 40)
+    progress = work / "progress"
+    _wait(lambda: progress.exists() and int(progress.read_text() or 0) >= 5, 30, "the debug job to make progress")
+    urgent = _sh(
+        "sbatch", "--parsable", f"--partition={URGENT_PARTITION}", "--nodelist=node1", f"--cpus-per-task={cpus}",
+        "--output=/dev/null", "--wrap=hostname",
+    ).strip()
+    done, starts = _result(job, timeout=60)
+    resumed_from = [int(x) for x in (work / "starts").read_text().split()]
+    assert done == 40
+    assert starts == 2 and 5 <= resumed_from[1] < 40, resumed_from
+    _wait(
+        lambda: _sh("sacct", "-n", "-X", "-P", "-j", urgent, "-o", "State").strip() == "COMPLETED",
+        15,
+        f"sacct to show the urgent job {urgent} COMPLETED",
+    )
+    states = _sh("sacct", "-n", "-X", "-D", "-P", "-j", job.job_id, "-o", "State").split()
+    assert {"PREEMPTED", "REQUEUED"} & set(states), states
