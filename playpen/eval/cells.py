@@ -1,0 +1,176 @@
+"""One sweep cell (a model or checkpoint × one game): its state on disk and `run_cell`, what a job-array task runs.
+
+    cells/<model>/<game>/result.json       a finished cell (atomic); holds the fingerprint of what it evaluated
+    cells/<model>/<game>/state.json        running (with a heartbeat every 30 s) or failed (with the error line)
+    cells/<model>/<game>/attempts/<id>/    each attempt's clem records (own folder: concurrent runs never collide)
+
+Cells carry absolute paths and resolved model specs only, so a job on another node, in another working
+directory, runs them the same; `Cell` and `run_cell` are top-level, hence picklable for submitit.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from playpen.errors import PlaypenError
+from playpen.storage import atomic_write_json, new_run_id
+
+SWEEP_FILE = "sweep.json"
+CELLS_DIR = "cells"
+RESULT_FILE = "result.json"
+STATE_FILE = "state.json"
+HEARTBEAT_S = 30
+STALE_AFTER_S = 300  # a running cell without a heartbeat for this long died with its job
+STATES = ("done", "running", "failed", "pending")
+
+
+@dataclass
+class Cell:
+    """One model (or checkpoint) × one game: everything a job needs, with absolute paths only."""
+    key: str  # "<model>/<game>": its folder under cells/
+    model: str  # row label: registry name, or run label
+    spec: dict  # clemcore ModelSpec
+    game: str
+    game_path: str
+    game_spec: dict
+    static: bool
+    instance_set: str
+    max_instances: int | None
+    max_tokens: int
+    temperature: float
+    batch_size: int
+    run: str | None = None
+    step: int | None = None  # checkpoint step (0: the base model of the run)
+    player: str = "auto"
+    checkpoint: str | None = None
+
+    def fingerprint(self) -> str:
+        """What decides the result; batch size, player and folder locations do not."""
+        what = [self.spec, self.game, self.instance_set, self.max_instances, self.max_tokens, self.temperature]
+        return hashlib.sha1(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Cell":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+# ---------------------------------------------------------------- state
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def cell_state(sweep_dir: str | Path, cell: Cell) -> dict:
+    """{"state": done|running|failed|pending, ...}: result.json (matching fingerprint) wins, then state.json."""
+    cell_dir = Path(sweep_dir) / CELLS_DIR / cell.key
+    result = _read(cell_dir / RESULT_FILE)
+    if result and result.get("fingerprint") == cell.fingerprint():
+        return {"state": "done", "result": result}
+    state = _read(cell_dir / STATE_FILE) or {}
+    changed = {"note": "settings changed since the last result"} if result else {}
+    if state.get("state") == "running":
+        age = time.time() - float(state.get("heartbeat", 0))
+        if age < STALE_AFTER_S:
+            return {**state, "state": "running"}
+        return {**state, "state": "failed", "error": f"no heartbeat for {age:.0f} s (the job died?)"}
+    if state.get("state") == "failed" and state.get("fingerprint") == cell.fingerprint():
+        return {**state, "state": "failed"}
+    return {"state": "pending", **changed}
+
+
+class _Heartbeat:
+    """Rewrites state.json every HEARTBEAT_S seconds while the cell runs."""
+
+    def __init__(self, path: Path, state: dict):
+        self.path, self.state, self.stop = path, state, threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+
+    def _beat(self) -> None:
+        while not self.stop.wait(HEARTBEAT_S):
+            self.state["heartbeat"] = time.time()
+            try:
+                atomic_write_json(self.path, self.state)
+            except OSError:
+                pass
+
+    def __enter__(self):
+        atomic_write_json(self.path, self.state)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        return False
+
+
+_PLAYER_CACHE: dict = {}  # the last player, so a local sweep loads one model once for all its games
+
+
+def _player_for(cell: Cell):
+    from playpen.eval.evaluation import make_player
+
+    key = json.dumps([cell.spec, cell.max_tokens, cell.temperature, cell.batch_size, cell.player], sort_keys=True)
+    if key not in _PLAYER_CACHE:
+        _PLAYER_CACHE.clear()
+        _PLAYER_CACHE[key] = make_player(cell.spec, cell.max_tokens, cell.temperature, cell.batch_size, cell.player)
+    return _PLAYER_CACHE[key]
+
+
+def run_cell(sweep_dir: str | Path, cell: Cell | dict) -> dict:
+    """Play and score one cell; writes cells/<key>/result.json atomically and returns it. Raises on failure
+    (after recording it in state.json), so a job array marks the task failed."""
+    from playpen.eval.evaluation import instances_path, model_folder, score_game, select_instances
+    from playpen.eval.scoring import load_episode_scores, summarize_game
+    from playpen.registry import GameEntry
+
+    sweep_dir = Path(sweep_dir).expanduser().absolute()
+    if not (sweep_dir / SWEEP_FILE).is_file():
+        raise PlaypenError(f"{sweep_dir} is not a sweep directory (no {SWEEP_FILE})")
+    cell = Cell.from_dict(cell) if isinstance(cell, dict) else cell
+    cell_dir = sweep_dir / CELLS_DIR / cell.key
+    attempt = new_run_id()
+    records = cell_dir / "attempts" / attempt
+    state = {"state": "running", "attempt": attempt, "host": socket.gethostname(), "pid": os.getpid(),
+             "job": os.environ.get("SLURM_ARRAY_JOB_ID", os.environ.get("SLURM_JOB_ID")),
+             "task": os.environ.get("SLURM_ARRAY_TASK_ID"), "started": time.time(), "heartbeat": time.time(),
+             "fingerprint": cell.fingerprint()}
+    started = time.time()
+    with _Heartbeat(cell_dir / STATE_FILE, state) as beat:
+        try:
+            entry = GameEntry(cell.game, Path(cell.game_path), "sweep", cell.game_spec)
+            path = instances_path(entry, cell.instance_set)
+            pairs = select_instances(path, cell.max_instances)
+            _player_for(cell).play(entry, path, pairs, records)
+            folder = model_folder(cell.spec)
+            scored = score_game(entry, records / folder / cell.game)
+            if scored == 0:
+                raise RuntimeError(f"no episode of {cell.game} finished (see clembench.log)")
+            summary = summarize_game(cell.game, load_episode_scores(records, model=folder, games=[cell.game]))
+        except BaseException as e:
+            beat.stop.set()
+            beat.thread.join()
+            message = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            atomic_write_json(cell_dir / STATE_FILE, {**state, "state": "failed", "finished": time.time(),
+                                                      "error": f"{type(e).__name__}: {message}"[:500],
+                                                      "traceback": traceback.format_exc()[-4000:]})
+            raise
+    result = {**{k: v for k, v in asdict(cell).items() if k not in ("spec", "game_spec")},
+              **summary.to_dict(), "instances": len(pairs), "missing": len(pairs) - summary.episodes,
+              "fingerprint": cell.fingerprint(), "attempt": attempt,
+              "records": str(records.relative_to(sweep_dir)), "seconds": round(time.time() - started, 1),
+              "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), "model_name": cell.spec["model_name"]}
+    atomic_write_json(cell_dir / RESULT_FILE, result)
+    atomic_write_json(cell_dir / STATE_FILE, {**state, "state": "done", "finished": time.time()})
+    return result

@@ -1,0 +1,46 @@
+"""`playpen eval MODEL`: clemscore/statscore of one model on the validation games (light at import).
+
+    playpen eval playpen-tiny                         # all games → playpen-eval/<timestamp>/playpen-tiny.val.json
+    playpen eval playpen-tiny -g wordle -r DIR        # replay wordle in DIR, recompute the scores
+    playpen eval runs/grpo/RUN_ID -r DIR              # a training run (its registered adapter/model)
+    playpen eval playpen-tiny -r DIR --skip_gameplay  # rescore the records in DIR only
+"""
+from __future__ import annotations
+
+import argparse
+
+from playpen.eval.evaluation import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, PLAYERS, SUITES  # light: no torch
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="registered model name, training run directory, or checkpoint folder")
+    parser.add_argument("-g", "--game", dest="games", action="append", metavar="GAME",
+                        help="game to play (repeatable; default: every registered game in the suite)")
+    parser.add_argument("-r", "--results_dir", default=None,
+                        help="results folder to create or reuse (default: playpen-eval/<timestamp>/)")
+    parser.add_argument("--skip_gameplay", action="store_true", help="only rescore the records in --results_dir")
+    parser.add_argument("--suite", choices=SUITES, default="all",
+                        help="dialogue games (clemscore), static games (statscore), or both (default)")
+    parser.add_argument("-L", "--max_tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                        help="max new tokens per response (default: %(default)s)")
+    parser.add_argument("-T", "--temperature", type=float, default=0.0, help="sampling temperature (default: 0)")
+    parser.add_argument("--instances", type=int, default=None, metavar="N",
+                        help="play at most N instances per game, spread over its experiments (default: all)")
+    parser.add_argument("--instance_set", default="validation",
+                        help="validation (default), train, or an instances file of the game")
+    parser.add_argument("--player", choices=PLAYERS, default="auto",
+                        help="who drives the model: playpen's rollout engine (local HF models; auto's choice) or "
+                             "clemcore's runner (every backend; auto's choice for API models)")
+    parser.add_argument("-b", "--batch_size", type=int, default=DEFAULT_BATCH_SIZE,
+                        help="episodes generated together (default: %(default)s)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from playpen.eval.evaluation import evaluate, format_val
+
+    val = evaluate(args.model, games=args.games, results_dir=args.results_dir, skip_gameplay=args.skip_gameplay,
+                   suite=args.suite, max_tokens=args.max_tokens, temperature=args.temperature,
+                   instances=args.instances, batch_size=args.batch_size, instance_set=args.instance_set,
+                   player=args.player)
+    print(format_val(val))
+    return 0

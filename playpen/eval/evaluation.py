@@ -1,0 +1,336 @@
+"""`playpen eval`: play a game's validation instances with one model, score them with the game's clemcore
+scorer, and write `<results_dir>/<model>.val.json` (clemscore, statscore, per game) plus clemcore's
+raw.csv / results.csv / results.html.
+
+Results layout (clemcore's, so `clem score`, `clem transcribe` and `clem eval` work on it too):
+    <results_dir>/<model>/<game>/<experiment>/instance_NNNNN/{instance.json, interactions.json, scores.json}
+    <results_dir>/<model>/<game>/playpen_eval.json      what was asked for (instances, generation settings)
+    <results_dir>/<model>.val.json, raw.csv, results.csv, results.html
+
+`model` is a registry name, a training run directory, or a checkpoint folder (`<run>/checkpoints/checkpoint-<step>`,
+adapter or full weights; see playpen.eval.models). Games are played through playpen's rollout engine for local
+Hugging Face models, and through clemcore's own runner for every other backend (API models) or on request.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from playpen.errors import PlaypenError
+from playpen.eval.models import model_folder, resolve_eval_model
+from playpen.registry import GameEntry, game_entries, resolve_game
+from playpen.storage import atomic_write_json
+
+DEFAULT_MAX_TOKENS = 300
+DEFAULT_TEMPERATURE = 0.0
+DEFAULT_BATCH_SIZE = 8
+DEFAULT_RESULTS_ROOT = "playpen-eval"
+SUITES = ("clem", "static", "all")
+PLAYERS = ("auto", "engine", "clemcore")
+INSTANCE_SETS = {"validation": "instances", "train": "instances_train"}
+VAL_SUFFIX = ".val.json"
+GAME_META = "playpen_eval.json"
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- games and instances
+
+def is_static(entry: GameEntry) -> bool:
+    """Static games (single-shot items with a verifiable answer) count towards statscore, not clemscore."""
+    try:
+        from playpen.games import is_static as game_is_static
+    except ImportError:  # the games package names static games in clemgame.json: "benchmark": ["static"]
+        return bool(entry.spec.get("static")) or "static" in (entry.spec.get("benchmark") or [])
+    return bool(game_is_static(entry.spec))
+
+
+def select_games(games: list[str] | None = None, suite: str = "all") -> list[GameEntry]:
+    """The named games (default: every registered game), filtered by suite; errors are one line."""
+    if suite not in SUITES:
+        raise PlaypenError(f"unknown suite '{suite}'; choose one of {', '.join(SUITES)}")
+    entries = [resolve_game(g) for g in dict.fromkeys(games)] if games else game_entries()
+    if not entries:
+        raise PlaypenError("no games registered; see `playpen list games`")
+    wanted = [e for e in entries if suite == "all" or is_static(e) == (suite == "static")]
+    if games and len(wanted) < len(entries):
+        odd = ", ".join(e.name for e in entries if e not in wanted)
+        raise PlaypenError(f"game(s) {odd} are not in suite '{suite}' "
+                           f"({'static' if suite == 'static' else 'dialogue'} games only); drop --suite or -g")
+    if not wanted:
+        raise PlaypenError(f"no registered game is in suite '{suite}'; see `playpen list games`")
+    return wanted
+
+
+def instances_path(entry: GameEntry, instances: str = "validation") -> Path:
+    """`validation` → in/instances.json, `train` → in/instances_train.json, else the named file in in/."""
+    stem = INSTANCE_SETS.get(instances, instances.removesuffix(".json"))
+    path = entry.path / "in" / f"{stem}.json"
+    if not path.is_file():
+        raise PlaypenError(f"game {entry.name} has no instance set '{instances}' ({path}); "
+                           f"use validation, train or a file in {entry.path / 'in'}")
+    return path
+
+
+def select_instances(path: Path, limit: int | None = None) -> list[tuple[str, int]]:
+    """(experiment, game_id) pairs; with a limit, taken round-robin over experiments so each is represented."""
+    data = json.loads(path.read_text())
+    queues = [[(exp["name"], inst["game_id"]) for inst in exp["game_instances"]] for exp in data["experiments"]]
+    if limit is None:
+        return [pair for queue in queues for pair in queue]
+    if limit < 1:
+        raise PlaypenError(f"--instances must be at least 1, got {limit}")
+    chosen: list[tuple[str, int]] = []
+    while len(chosen) < limit and any(queues):
+        for queue in queues:
+            if queue and len(chosen) < limit:
+                chosen.append(queue.pop(0))
+    return chosen
+
+
+def clem_game_spec(entry: GameEntry, instances_file: Path | None = None):
+    from clemcore.clemgame import GameSpec
+
+    spec = GameSpec.from_dict({**entry.spec, "game_path": str(entry.path)})
+    if instances_file is not None:
+        spec.instances = instances_file.stem
+    return spec
+
+
+# ---------------------------------------------------------------- playing
+
+class ClemcorePlayer:
+    """Plays through clemcore's own runner (batchwise when batch_size > 1 and the backend batches): works for
+    every clemcore backend (API models included). The model is loaded once, on the first game."""
+
+    def __init__(self, spec: dict, max_tokens: int, temperature: float, batch_size: int):
+        self.spec, self.batch_size = spec, batch_size
+        self.max_tokens, self.temperature = max_tokens, temperature
+        self._model = None
+
+    @property
+    def model(self):
+        """clemcore's Model for the spec (for huggingface_local: `.model` and `.tokenizer` are the HF objects)."""
+        if self._model is None:
+            from clemcore.backends import BackendRegistry, ModelSpec
+
+            if self.spec.get("backend") == "huggingface_local":
+                _ensure_tiny_weights(self.spec)
+            # (clemcore's HF backend pins torch to one CPU thread; kept: on shared CPUs more threads were 10-20x
+            # slower for small models here, and on GPU it does not matter)
+            backend = BackendRegistry.from_packaged_and_cwd_files().get_backend_for(self.spec["backend"])
+            self._model = backend.get_model_for(ModelSpec.from_dict(self.spec))
+            self._model.set_gen_args(max_tokens=self.max_tokens, temperature=self.temperature)
+        return self._model
+
+    def play(self, entry: GameEntry, instances_file: Path, pairs: list[tuple[str, int]], results_dir: Path) -> None:
+        from clemcore.backends import Model
+        from clemcore.clemgame import (ExperimentFileSaver, GameBenchmark, GameBenchmarkCallbackList,
+                                       GameInstances, InstanceFileSaver, InteractionsFileSaver, ResultsFolder,
+                                       RunFileSaver)
+        from clemcore.clemgame.runners import dispatch
+
+        models = [self.model]
+        folder = ResultsFolder(results_dir, run_dir=Model.to_identifier(models))
+        infos = Model.to_infos(models)
+        callbacks = GameBenchmarkCallbackList([
+            InstanceFileSaver(folder), ExperimentFileSaver(folder, player_model_infos=infos),
+            InteractionsFileSaver(folder, player_model_infos=infos), RunFileSaver(folder, player_model_infos=infos)])
+        wanted = set(pairs)
+        spec = clem_game_spec(entry, instances_file)
+        with GameBenchmark.load_from_spec(spec) as benchmark:
+            rows = GameInstances.from_game_spec(spec).filter(
+                lambda row: (row["experiment"]["name"], row["game_instance"]["game_id"]) in wanted)
+            try:
+                dispatch.run(benchmark, rows, models, callbacks=callbacks, batch_size=self.batch_size)
+            except RuntimeError as e:  # the batchwise runner raises after the batch when episodes failed
+                _stderr(f"[eval] {entry.name}: {e}")
+
+
+class EnginePlayer(ClemcorePlayer):
+    """Local Hugging Face models through playpen's rollout engine (continuous batching, KV cache between turns):
+    the weights, adapter, chat template and padding are loaded exactly as clemcore's huggingface_local backend
+    loads them; game masters and scorers are the games' own, records are in clem's layout."""
+
+    _engine = None
+
+    def play(self, entry: GameEntry, instances_file: Path, pairs: list[tuple[str, int]], results_dir: Path) -> None:
+        from playpen.rollout.engine import RolloutEngine
+        from playpen.rollout.instances import read_instances
+        from playpen.rollout.policy import LocalPolicy
+
+        if self._engine is None:
+            hf = self.model
+            policy = LocalPolicy(hf.model, hf.tokenizer, name=self.spec["model_name"],
+                                 chat_template_kwargs=hf.chat_template_kwargs)
+            self._engine = RolloutEngine(policy, None, max_new_tokens=self.max_tokens, temperature=self.temperature,
+                                         batch_size=self.batch_size, progress=True, seed=0)
+        wanted = set(pairs)
+        rows = [(e, i) for e, i in read_instances(instances_file) if (e["name"], i["game_id"]) in wanted]
+        self._engine.play(entry, rows, records_dir=results_dir)
+
+
+def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int, player: str = "auto"):
+    """The rollout engine for local Hugging Face models (when playpen.rollout is installed), clemcore's runner
+    for everything else; `player` forces one."""
+    if player not in PLAYERS:
+        raise PlaypenError(f"unknown player '{player}'; choose one of {', '.join(PLAYERS)}")
+    local = spec.get("backend") == "huggingface_local" and not spec.get("model_config", {}).get("multimodal")
+    if player == "engine" and not local:
+        raise PlaypenError(f"the rollout engine plays local Hugging Face models only; {spec['model_name']} uses "
+                           f"backend {spec.get('backend')} (use --player clemcore)")
+    if player == "auto":
+        try:
+            import playpen.rollout.engine  # noqa: F401
+        except ImportError:
+            local = False
+    if player == "engine" or (player == "auto" and local):
+        return EnginePlayer(spec, max_tokens, temperature, batch_size)
+    return ClemcorePlayer(spec, max_tokens, temperature, batch_size)
+
+
+def _ensure_tiny_weights(spec: dict) -> None:
+    """Build the bundled tiny model on first use (e.g. on a fresh cluster node), never download it."""
+    from playpen.models.tiny import default_path, ensure_tiny_model
+
+    if Path(str(spec.get("huggingface_id", ""))) == default_path():
+        ensure_tiny_model(log=_stderr)
+
+
+# ---------------------------------------------------------------- scoring and tables
+
+def score_game(entry: GameEntry, game_dir: Path) -> int:
+    """(Re)score every episode under `game_dir` with the game's clemcore scorer; returns episodes scored."""
+    from clemcore.clemgame import GameBenchmark
+
+    for stale in game_dir.rglob("scores.json"):
+        stale.unlink()
+    # episodes that broke off with an error (error.json from the rollout engine) are not scored: like clemcore's
+    # runner, which records no episode that raised, they count as missing, not as played or aborted
+    interactions = sorted(p for p in game_dir.rglob("interactions.json") if not (p.parent / "error.json").exists())
+    if interactions:
+        with GameBenchmark.load_from_spec(clem_game_spec(entry)) as benchmark:
+            benchmark.compute_scores(interactions)
+    return sum(1 for _ in game_dir.rglob("scores.json"))
+
+
+def write_clem_tables(results_dir: Path) -> None:
+    """raw.csv, results.csv and results.html over every model in the folder, exactly as `clem eval` makes them."""
+    from clemcore import clemeval
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        clemeval.perform_evaluation(str(results_dir))  # (its progress bars and prints are noise here)
+
+
+def games_recorded(results_dir: Path, folder: str) -> list[str]:
+    model_dir = results_dir / folder
+    if not model_dir.is_dir():
+        return []
+    return sorted(d.name for d in model_dir.iterdir() if d.is_dir() and next(d.rglob("interactions.json"), None))
+
+
+def write_val_json(results_dir: Path, spec: dict, extra: dict | None = None) -> dict:
+    """Recompute `<model>.val.json` from every scored game of this model in `results_dir`."""
+    from playpen.eval.scoring import load_episode_scores, summarize, val_scores
+
+    folder = model_folder(spec)
+    summaries = summarize(load_episode_scores(results_dir, model=folder))
+    registered = {e.name: e for e in game_entries()}
+    static = [g for g in summaries if g in registered and is_static(registered[g])]
+    body = val_scores(summaries, static)
+    for game, info in body["games"].items():
+        meta_file = results_dir / folder / game / GAME_META
+        meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+        info["instances"] = meta.get("instances")
+        info["missing"] = None if meta.get("instances") is None else meta["instances"] - info["episodes"]
+    val = {"model": spec["model_name"], "clemscore": body.pop("clemscore"), "statscore": body.pop("statscore"),
+           **body, "results_dir": str(results_dir.absolute()), "model_spec": spec,
+           "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **(extra or {})}
+    atomic_write_json(results_dir / f"{folder}{VAL_SUFFIX}", val)
+    return val
+
+
+# ---------------------------------------------------------------- the command
+
+def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str | Path | None = None,
+             skip_gameplay: bool = False, suite: str = "all", max_tokens: int = DEFAULT_MAX_TOKENS,
+             temperature: float = DEFAULT_TEMPERATURE, instances: int | None = None,
+             batch_size: int = DEFAULT_BATCH_SIZE, instance_set: str = "validation", player: str = "auto",
+             log=_stderr) -> dict:
+    """Play (unless skip_gameplay), score, and write `<results_dir>/<model>.val.json` + results.csv/html.
+
+    Returns the val.json dict (clemscore, statscore, games{name: played/quality/clemscore/...}, results_dir).
+    Games played now replace that game's earlier results for this model in `results_dir`; the scores are then
+    recomputed over every game of the model recorded there. `instances` caps episodes per game (round-robin over
+    experiments); `instance_set` is validation (default), train, or an instances file name of the game;
+    `player` is auto (rollout engine for local HF models, clemcore's runner otherwise), engine or clemcore.
+    """
+    started = time.time()
+    if suite not in SUITES:
+        raise PlaypenError(f"unknown suite '{suite}'; choose one of {', '.join(SUITES)}")
+    spec = resolve_eval_model(model)
+    folder = model_folder(spec)
+    results = Path(results_dir) if results_dir else Path(DEFAULT_RESULTS_ROOT) / time.strftime("%Y%m%d-%H%M%S")
+    if results.exists() and not results.is_dir():
+        raise PlaypenError(f"results dir {results} is a file; give a folder with -r")
+    if skip_gameplay:
+        recorded = games_recorded(results, folder)
+        if not recorded:
+            raise PlaypenError(f"no records of model {spec['model_name']} in {results}; "
+                               f"play first (drop --skip_gameplay) or pick the right -r")
+        missing = sorted(set(games or []) - set(recorded))
+        if missing:
+            raise PlaypenError(f"no records of {', '.join(missing)} for {spec['model_name']} in {results}; "
+                               f"recorded: {', '.join(recorded)}")
+        in_suite = lambda e: suite == "all" or is_static(e) == (suite == "static")  # noqa: E731
+        entries = select_games(games, suite) if games else [e for e in map(resolve_game, recorded) if in_suite(e)]
+        if not entries:
+            raise PlaypenError(f"no {suite}-suite games of {spec['model_name']} recorded in {results}")
+    else:
+        entries = select_games(games, suite)
+        plan = [(e, instances_path(e, instance_set)) for e in entries]  # all checked before the model loads
+        plan = [(e, path, select_instances(path, instances)) for e, path in plan]
+        runner = make_player(spec, max_tokens, temperature, batch_size, player)
+        for entry, path, pairs in plan:
+            game_dir = results / folder / entry.name
+            shutil.rmtree(game_dir, ignore_errors=True)
+            game_started = time.time()
+            log(f"[eval] {spec['model_name']} plays {entry.name}: {len(pairs)} instances ({path.name})")
+            runner.play(entry, path, pairs, results)
+            atomic_write_json(game_dir / GAME_META, {
+                "game": entry.name, "instances": len(pairs), "instance_set": instance_set,
+                "max_tokens": max_tokens, "temperature": temperature, "player": type(runner).__name__,
+                "seconds": round(time.time() - game_started, 1)})
+    empty = []
+    for entry in entries:
+        scored = score_game(entry, results / folder / entry.name)
+        log(f"[eval] {entry.name}: {scored} episodes scored")
+        if not scored:
+            empty.append(entry.name)
+    if empty:  # clemcore's tables leave such a game out, and so do the scores: say it loudly
+        log(f"[eval] WARNING: no episode of {', '.join(empty)} finished (see clembench.log); "
+            f"these games are missing from clemscore/statscore")
+    val = write_val_json(results, spec, {"suite": suite, "seconds": round(time.time() - started, 1),
+                                         "games_without_episodes": empty})
+    write_clem_tables(results)
+    return val
+
+
+def format_val(val: dict) -> str:
+    """A short human summary of a val.json dict."""
+    lines = [f"{'game':20s} {'episodes':>8s} {'% played':>9s} {'quality':>8s} {'clemscore':>9s}"]
+    for game, g in val["games"].items():
+        quality = "-" if g["quality"] is None else f"{g['quality']:.2f}"
+        lines.append(f"{game + (' (static)' if g['static'] else ''):20s} {g['episodes']:8d} {g['played']:9.2f} "
+                     f"{quality:>8s} {g['clemscore']:9.2f}")
+    fmt = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
+    lines.append(f"clemscore {fmt(val['clemscore'])}   statscore {fmt(val['statscore'])}   "
+                 f"({val['results_dir']}/{val['model']}{VAL_SUFFIX})")
+    return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""Which weights `playpen eval` and sweeps play: registry names, training runs and their checkpoints.
+
+A checkpoint (`<run>/checkpoints/checkpoint-<step>/`, TRL's layout) is its base model plus the adapter in it
+(adapter_config.json), or the full weights in it (config.json). The base is the run's registered model
+(`<run>/model_registry.json`), else the registry entry whose weights the adapter names.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from playpen.errors import PlaypenError
+from playpen.registry import model_entries, resolve_model
+
+CHECKPOINT_DIR = re.compile(r"checkpoint-(\d+)")
+
+
+def checkpoint_step(path: Path) -> int | None:
+    match = CHECKPOINT_DIR.fullmatch(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def is_checkpoint(path: Path) -> bool:
+    return (path / "adapter_config.json").is_file() or (path / "config.json").is_file()
+
+
+def base_spec_for(ckpt: Path) -> dict:
+    """The model a checkpoint was trained from: its run's registered spec, else the registry entry whose
+    weights the adapter names (adapter_config.json: base_model_name_or_path)."""
+    run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
+    if run_dir is not None and (run_dir / "model_registry.json").is_file():
+        return resolve_model(str(run_dir))
+    adapter_config = ckpt / "adapter_config.json"
+    base = json.loads(adapter_config.read_text()).get("base_model_name_or_path") if adapter_config.is_file() else None
+    if base:
+        for entry in model_entries():
+            spec = resolve_model(entry.name) if entry.spec.get("huggingface_id") else None
+            if spec and (spec["huggingface_id"] == base or Path(spec["huggingface_id"]) == Path(base)):
+                return spec
+        return {"model_name": Path(base).name, "backend": "huggingface_local", "huggingface_id": base,
+                "model_config": {}}
+    raise PlaypenError(f"cannot tell which model checkpoint {ckpt} belongs to: its run has no model_registry.json "
+                       f"and it has no adapter_config.json naming the base model")
+
+
+def checkpoint_spec(ckpt: str | Path, base_spec: dict | None = None, name: str | None = None) -> dict:
+    """A ModelSpec for one training checkpoint: the base model with this adapter (or these full weights)."""
+    ckpt = Path(ckpt).expanduser().absolute()
+    if not is_checkpoint(ckpt):
+        raise PlaypenError(f"{ckpt} holds no adapter (adapter_config.json) or model (config.json); "
+                           f"is the checkpoint complete?")
+    spec = json.loads(json.dumps(base_spec if base_spec is not None else base_spec_for(ckpt)))
+    config = dict(spec.get("model_config") or {})
+    if (ckpt / "adapter_config.json").is_file():
+        config["peft_model"] = str(ckpt)
+    else:
+        config.pop("peft_model", None)
+        spec["huggingface_id"] = str(ckpt)
+    spec["model_config"] = config
+    step = checkpoint_step(ckpt)
+    spec["model_name"] = name or f"{spec['model_name']}-{f'step{step}' if step is not None else ckpt.name}"
+    return spec
+
+
+def resolve_eval_model(model: str | dict) -> dict:
+    """Registry name, run directory (its registered model, else its latest checkpoint), or checkpoint folder
+    → ModelSpec dict (a dict is taken as is)."""
+    if isinstance(model, dict):
+        if not isinstance(model.get("model_name"), str) or "backend" not in model:
+            raise PlaypenError("a model spec needs 'model_name' and 'backend' (clemcore ModelSpec format)")
+        return json.loads(json.dumps(model))
+    path = Path(model).expanduser()
+    if path.is_dir() and not (path / "model_registry.json").is_file():
+        if is_checkpoint(path):
+            return checkpoint_spec(path)
+        steps = sorted((checkpoint_step(p), p) for p in (path / "checkpoints").glob("checkpoint-*")
+                       if checkpoint_step(p) is not None)
+        if steps:  # a run that has not registered its final model (yet): its latest checkpoint
+            return checkpoint_spec(steps[-1][1])
+    return resolve_model(model)
+
+
+def model_folder(spec: dict) -> str:
+    """The results folder clemcore names after a single player model (its model_name)."""
+    name = spec["model_name"]
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._=+-]*", name or ""):
+        raise PlaypenError(f"model name {name!r} cannot name a results folder; use letters, digits and ._=+- "
+                           f"in the registry entry's model_name")
+    return name

@@ -1,0 +1,319 @@
+"""Eval sweeps: models and training-run checkpoints × games, one cell each, idempotent and resumable.
+
+    sweep = load_sweep("configs/sweeps/tiny.yaml", ["max_tokens=32"])   # all checks; nothing runs or is written
+    cells = sweep.pending_cells()          # writes <sweep_dir>/sweep.json; cells that are not done (or running)
+    for cell in cells: run_cell(sweep.dir, cell)      # what one job-array task does (picklable, cwd-independent)
+    aggregate(sweep.dir)                   # sweep.csv, sweep.html, plots/*.png
+    status(sweep.dir)                      # done / running / failed / pending per cell
+    run_local(sweep)                       # the pending cells in this process, then aggregate
+
+Sweep directory (default <storage_root>/sweeps/<name>):
+    sweep.json                             the resolved cells (model specs, game paths, generation settings)
+    cells/<model>/<game>/...               one folder per cell: result.json, state.json, attempts/ (cells.py)
+    sweep.csv, sweep.html, plots/          the aggregate (plots.py)
+    logs/                                  python -m playpen.submit's submission records and job logs
+A cell is done when its result.json matches the cell's current fingerprint (model spec, game, instance set,
+generation settings); change any of these and the cell runs again. A running cell whose heartbeat stopped
+(job killed) counts as failed, so a rerun picks it up.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from playpen.errors import PlaypenError
+from playpen.eval.cells import (CELLS_DIR, RESULT_FILE, STATE_FILE, STATES, SWEEP_FILE, Cell,  # noqa: F401
+                                _read, cell_state, run_cell)
+from playpen.storage import DEFAULT_STORAGE, STORAGE_ENV, atomic_write_json
+
+
+# ---------------------------------------------------------------- the YAML file
+
+@dataclass
+class RunSelector:
+    path: str  # a training run directory (<run>/checkpoints/checkpoint-<step>/)
+    every: int = 1  # every k-th checkpoint, counted back from the last (the last is always included)
+    base: bool = False  # also evaluate the untrained base model, as step 0
+    final: bool = False  # also evaluate the run's registered final model (needs <run>/model_registry.json)
+    label: str | None = None  # row name in the tables (default <experiment>/<run_id>)
+
+
+@dataclass
+class GameSelector:
+    name: str
+    instances: str | None = None  # validation / train / a file of the game's in/ (default: the sweep's)
+    max_instances: int | None = None  # default: the sweep's
+
+
+@dataclass
+class SweepConfig:
+    name: str
+    models: list[str] = field(default_factory=list)  # registry names, run dirs, or checkpoint folders
+    runs: list[str | RunSelector] = field(default_factory=list)
+    games: list[str | GameSelector] = field(default_factory=lambda: ["all"])
+    instances: str = "validation"
+    max_instances: int | None = None  # per game, spread over experiments (None: all)
+    max_tokens: int = 300
+    temperature: float = 0.0
+    batch_size: int = 8
+    player: str = "auto"  # auto (rollout engine for local HF models, else clemcore's runner) | engine | clemcore
+    output_dir: str | None = None  # default <storage_root>/sweeps/<name>
+    storage_root: str | None = None
+
+
+# ---------------------------------------------------------------- cells
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._@+=-]+", "_", text).strip("_") or "_"
+
+
+def _checkpoints(run_dir: Path) -> list[Path]:
+    from playpen.eval.models import checkpoint_step
+
+    folder = run_dir / "checkpoints"
+    found = [p for p in folder.iterdir() if p.is_dir() and checkpoint_step(p) is not None] if folder.is_dir() else []
+    return sorted(found, key=checkpoint_step)
+
+
+def _run_models(sel: RunSelector, where: str) -> list[dict]:
+    """(label, spec, step, checkpoint) for every selected checkpoint of one run."""
+    from playpen.eval.models import base_spec_for, checkpoint_spec, checkpoint_step, is_checkpoint
+    from playpen.registry import resolve_model
+
+    run_dir = Path(sel.path).expanduser().absolute()
+    if not run_dir.is_dir():
+        raise PlaypenError(f"{where}: run directory {run_dir} does not exist")
+    if sel.every < 1:
+        raise PlaypenError(f"{where}: every must be at least 1, got {sel.every}")
+    ckpts = _checkpoints(run_dir)
+    if not ckpts:
+        raise PlaypenError(f"{where}: run {run_dir} has no checkpoints (expected {run_dir}/checkpoints/"
+                           f"checkpoint-<step>/); train it first or remove it from the sweep")
+    for ckpt in ckpts:
+        if not is_checkpoint(ckpt):
+            raise PlaypenError(f"{where}: checkpoint {ckpt} is empty (no adapter_config.json or config.json); "
+                               f"delete it or wait for the save to finish")
+    label = sel.label or f"{run_dir.parent.name}/{run_dir.name}"
+    registered = (run_dir / "model_registry.json").is_file()
+    base = resolve_model(str(run_dir)) if registered else base_spec_for(ckpts[-1])
+    chosen = ckpts[::-1][::sel.every][::-1]
+    out = []
+    if sel.base:  # the weights the adapters sit on (a full fine-tune's base is not recorded: say so)
+        if not (ckpts[-1] / "adapter_config.json").is_file():
+            raise PlaypenError(f"{where}: base: true needs adapter checkpoints; {ckpts[-1]} holds full weights")
+        spec = json.loads(json.dumps(base))
+        spec.setdefault("model_config", {}).pop("peft_model", None)
+        spec["model_name"] = f"{base['model_name']}-step0"
+        out.append(dict(model=label, spec=spec, step=0, checkpoint=None))
+    for ckpt in chosen:
+        step = checkpoint_step(ckpt)
+        spec = checkpoint_spec(ckpt, base, name=f"{base['model_name']}-step{step}")
+        out.append(dict(model=label, spec=spec, step=step, checkpoint=str(ckpt)))
+    if sel.final:
+        if not registered:
+            raise PlaypenError(f"{where}: final: true needs {run_dir}/model_registry.json (written when the run "
+                               f"finishes)")
+        out.append(dict(model=label, spec=base, step=None, checkpoint="final"))
+    for item in out:
+        item["run"] = str(run_dir)
+    return out
+
+
+@dataclass
+class Sweep:
+    config: SweepConfig
+    source: str  # the YAML file
+    dir: Path
+    cells: list[Cell]
+
+    def write_manifest(self) -> Path:
+        """sweep.json: what status/aggregate/run_cell read; rewritten on every (re)submission."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise PlaypenError(f"sweep dir {self.dir} cannot be created ({e.strerror}); set output_dir or "
+                               f"storage_root to a writable folder") from None
+        return atomic_write_json(self.dir / SWEEP_FILE, {
+            "name": self.config.name, "source": self.source, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "config": asdict(self.config), "cells": [asdict(c) for c in self.cells]})
+
+    def pending_cells(self) -> list[Cell]:
+        """Writes sweep.json, then returns the cells that still need a run: missing, failed, died, or changed
+        (fingerprint differs). Cells running right now (fresh heartbeat) are left alone."""
+        self.write_manifest()
+        return [c for c in self.cells if cell_state(self.dir, c)["state"] in ("pending", "failed")]
+
+
+def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | Path | None = None) -> Sweep:
+    """Read and check a sweep file: every model, run, checkpoint and game resolved now (one-line errors);
+    nothing is written. The sweep dir is output_dir, else <storage_root>/sweeps/<name> with the file's
+    storage_root, else the `storage_root` argument (e.g. a cluster profile's), else $PLAYPEN_STORAGE or ./runs."""
+    from playpen.config import load_config
+    from playpen.eval.evaluation import instances_path, is_static, resolve_eval_model
+    from playpen.registry import game_entries, resolve_game
+
+    config = load_config(SweepConfig, path, list(overrides))
+    where = str(path)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", config.name):
+        raise PlaypenError(f"{where}: name {config.name!r} must be a plain folder name (letters, digits, ._-)")
+    if config.player not in ("auto", "engine", "clemcore"):
+        raise PlaypenError(f"{where}: player must be auto, engine or clemcore, got {config.player!r}")
+    if not config.models and not config.runs:
+        raise PlaypenError(f"{where}: list at least one entry under models: or runs:")
+    models = []
+    for name in config.models:
+        try:
+            spec = resolve_eval_model(name)
+        except PlaypenError as e:
+            raise PlaypenError(f"{where}: models: {e}") from None
+        label = spec["model_name"] if Path(name).expanduser().exists() else name  # paths: their model's name
+        models.append(dict(model=label, spec=spec, step=None, checkpoint=None, run=None))
+    for i, run in enumerate(config.runs):
+        sel = RunSelector(path=run) if isinstance(run, str) else run
+        models += _run_models(sel, f"{where}: runs[{i}]")
+    selectors = [GameSelector(name=g) if isinstance(g, str) else g for g in config.games]
+    if any(s.name == "all" for s in selectors):
+        selectors = [s for s in selectors if s.name != "all"]
+        selectors += [GameSelector(name=e.name) for e in game_entries() if e.name not in {s.name for s in selectors}]
+    if not selectors:
+        raise PlaypenError(f"{where}: games: is empty; name games or use [all]")
+    cells, keys = [], set()
+    for sel in selectors:
+        try:
+            entry = resolve_game(sel.name)
+        except PlaypenError as e:
+            raise PlaypenError(f"{where}: {e}") from None
+        instance_set = sel.instances or config.instances
+        instances_path(entry, instance_set)
+        limit = sel.max_instances if sel.max_instances is not None else config.max_instances
+        for m in models:
+            row = m["model"] + ("" if m["step"] is None else f"@step{m['step']}")
+            row += "@final" if m["checkpoint"] == "final" else ""
+            game_key = entry.name + ("" if instance_set == "validation" else f"~{instance_set}")
+            key = f"{_safe(row)}/{_safe(game_key)}"
+            if key in keys:
+                raise PlaypenError(f"{where}: {row} × {game_key} is listed twice")
+            keys.add(key)
+            cells.append(Cell(key=key, model=m["model"], spec=m["spec"], game=entry.name,
+                              game_path=str(entry.path.absolute()), game_spec=entry.spec, static=is_static(entry),
+                              instance_set=instance_set, max_instances=limit, max_tokens=config.max_tokens,
+                              temperature=config.temperature, batch_size=config.batch_size, run=m["run"],
+                              step=m["step"], checkpoint=m["checkpoint"], player=config.player))
+    root = Path(config.output_dir).expanduser() if config.output_dir else \
+        Path(config.storage_root or storage_root or os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE).expanduser() \
+        / "sweeps" / config.name
+    sweep_dir = root.absolute()
+    if sweep_dir.exists() and not (sweep_dir / SWEEP_FILE).is_file():
+        other = [p.name for p in sweep_dir.iterdir() if p.name != "logs"] if sweep_dir.is_dir() else ["(a file)"]
+        if other:
+            raise PlaypenError(f"{where}: output dir {sweep_dir} exists and is not a sweep's (no {SWEEP_FILE}); "
+                               f"choose another output_dir")
+    return Sweep(config, str(Path(path).absolute()), sweep_dir, cells)
+
+
+# ---------------------------------------------------------------- the whole sweep
+
+def read_manifest(sweep_dir: str | Path) -> tuple[dict, list[Cell]]:
+    sweep_dir = Path(sweep_dir).expanduser()
+    manifest = _read(sweep_dir / SWEEP_FILE) if sweep_dir.is_dir() else None
+    if manifest is None:
+        raise PlaypenError(f"{sweep_dir} is not a sweep directory (no readable {SWEEP_FILE}); give the output_dir "
+                           f"of a sweep that was submitted or run")
+    return manifest, [Cell.from_dict(c) for c in manifest["cells"]]
+
+
+def status(sweep_dir: str | Path) -> dict:
+    """{"name", "dir", "counts": {done, running, failed, pending}, "cells": [{key, model, step, game, state,
+    error?, host?, job?}]}."""
+    manifest, cells = read_manifest(sweep_dir)
+    rows = []
+    for cell in cells:
+        st = cell_state(sweep_dir, cell)
+        row = {"key": cell.key, "model": cell.model, "step": cell.step, "game": cell.game, "state": st["state"]}
+        row.update({k: st[k] for k in ("error", "host", "job", "task", "note") if st.get(k)})
+        if st["state"] == "done":
+            row["clemscore"] = st["result"]["clemscore"]
+        rows.append(row)
+    counts = {s: sum(r["state"] == s for r in rows) for s in STATES}
+    return {"name": manifest["name"], "dir": str(Path(sweep_dir).absolute()), "counts": counts, "cells": rows}
+
+
+def format_status(info: dict) -> str:
+    counts = ", ".join(f"{n} {s}" for s, n in info["counts"].items())
+    lines = [f"sweep {info['name']} ({info['dir']}): {counts}"]
+    for row in info["cells"]:
+        extra = row.get("error") or row.get("note") or (f"clemscore {row['clemscore']}" if "clemscore" in row else "")
+        where = f" [{row['host']}{' job ' + str(row['job']) if row.get('job') else ''}]" \
+            if row["state"] == "running" and row.get("host") else ""
+        lines.append(f"  {row['state']:8s} {row['key']:48s}{where} {extra}".rstrip())
+    return "\n".join(lines)
+
+
+def aggregate(sweep_dir: str | Path) -> dict:
+    """sweep.csv (one row per model/checkpoint × game), sweep.html, plots/learning_curve.png and
+    plots/heatmap.png, from the cells that are done. Returns the paths and whether every cell is done."""
+    from playpen.eval.plots import write_aggregate
+
+    manifest, cells = read_manifest(sweep_dir)
+    results = []
+    for cell in cells:
+        st = cell_state(sweep_dir, cell)
+        results.append((cell, st["state"], st.get("result")))
+    out = write_aggregate(Path(sweep_dir), manifest["name"], results)
+    out["complete"] = all(state == "done" for _, state, _ in results)
+    return out
+
+
+def run_local(sweep: Sweep | str | Path, overrides: list[str] = (), log=None) -> dict:
+    """Run the pending cells one after the other in this process (no scheduler), then aggregate.
+    Returns {"ran": [keys], "failed": {key: error}, "aggregate": {...}}."""
+    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    sweep = sweep if isinstance(sweep, Sweep) else load_sweep(sweep, overrides)
+    pending = sweep.pending_cells()
+    log(f"[sweep] {sweep.config.name}: {len(pending)} of {len(sweep.cells)} cells to run ({sweep.dir})")
+    ran, failed = [], {}
+    for cell in pending:
+        ran.append(cell.key)
+        try:
+            result = run_cell(sweep.dir, cell)
+            log(f"[sweep] done   {cell.key}: clemscore {result['clemscore']} ({result['seconds']} s)")
+        except Exception as e:  # noqa: BLE001  (recorded in the cell's state.json; the others go on)
+            failed[cell.key] = cell_state(sweep.dir, cell).get("error", str(e))
+            log(f"[sweep] FAILED {cell.key}: {failed[cell.key]}")
+    return {"ran": ran, "failed": failed, "aggregate": aggregate(sweep.dir)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m playpen.eval.sweep CONFIG [key=value ...] | --status DIR | --aggregate DIR (local, no SLURM)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m playpen.eval.sweep", description=main.__doc__)
+    parser.add_argument("config", nargs="?", help="sweep YAML (runs the pending cells here, one by one)")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides of the sweep file")
+    parser.add_argument("--status", metavar="SWEEP_DIR")
+    parser.add_argument("--aggregate", metavar="SWEEP_DIR")
+    args = parser.parse_args(argv)
+    try:
+        if args.status:
+            print(format_status(status(args.status)))
+        elif args.aggregate:
+            print(json.dumps(aggregate(args.aggregate), indent=2))
+        elif args.config:
+            out = run_local(args.config, args.overrides)
+            print(format_status(status(out["aggregate"]["dir"])))
+            return 1 if out["failed"] else 0
+        else:
+            parser.error("give a sweep config, --status DIR or --aggregate DIR")
+    except PlaypenError as e:
+        print(f"playpen: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
