@@ -1,0 +1,5 @@
+import sys
+
+from playpen.submit.cli import main
+
+sys.exit(main())

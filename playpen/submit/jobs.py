@@ -1,0 +1,160 @@
+"""The callables a job runs. Each is a `submitit.helpers.Checkpointable`: on the preemption/timeout signal (USR2)
+submitit pickles it and requeues the job; the rerun calls the same entry point with the same run id, and the
+entry point resumes from the last checkpoint it wrote. The number of requeues is bounded (`max_requeues`) and
+every start, preemption and end is appended to the run's `logs/job-events.jsonl` (what `status` reports).
+
+Jobs call entry points only (`playpen.train.train`, `playpen.eval`); they know nothing of TRL internals.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from playpen.storage import append_jsonl, read_jsonl
+from playpen.submit.launch import TaskInfo, setup_distributed
+
+EVENTS_FILE = "job-events.jsonl"
+
+
+def job_events(log_dir: str | Path) -> list[dict]:
+    return read_jsonl(Path(log_dir) / EVENTS_FILE)
+
+
+class PlaypenJob(submitit.helpers.Checkpointable):
+    """Bookkeeping shared by all jobs: event log, bounded requeues, rendezvous of multi-task jobs."""
+
+    def __init__(self, log_dir: str, max_requeues: int, use_gpus: bool = False) -> None:
+        self.log_dir = str(log_dir)
+        self.max_requeues = max_requeues
+        self.use_gpus = use_gpus
+        self.requeues = 0  # travels with the pickle that submitit writes at each checkpoint
+
+    def _event(self, event: str, task: TaskInfo | None = None, **extra: Any) -> None:
+        job = submitit.JobEnvironment()
+        record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "event": event, "job_id": str(job.job_id),
+                  "attempt": self.requeues, "host": socket.gethostname(), **extra}
+        if task is not None and task.world_size > 1:
+            record.update(world_size=task.world_size, master=task.master)
+        append_jsonl(Path(self.log_dir) / EVENTS_FILE, record)
+
+    def __call__(self, *args: Any) -> Any:
+        task = setup_distributed(self.use_gpus)
+        if task.is_main:
+            self._event("started", task)
+        try:
+            result = self.run(task, *args)
+        except Exception as e:
+            if task.is_main:
+                self._event("failed", task, error=f"{type(e).__name__}: {e}"[:500])
+            raise
+        if task.is_main:
+            self._event("finished", task)
+        return result
+
+    def run(self, task: TaskInfo, *args: Any) -> Any:
+        raise NotImplementedError
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission | None:
+        """Called by submitit (global rank 0 only) on USR2: requeue unless the budget of requeues is spent.
+
+        The entry point checkpoints periodically; the rerun resumes from the last checkpoint on disk."""
+        if self.requeues >= self.max_requeues:
+            self._event("gave-up", reason=f"preempted/timed out {self.requeues + 1} times "
+                                          f"(max_requeues={self.max_requeues})")
+            return None  # submitit then ends the job with an error instead of requeueing it
+        self._event("requeued")
+        self.requeues += 1
+        return super().checkpoint(*args, **kwargs)
+
+
+class TrainJob(PlaypenJob):
+    """`playpen.train.train(method, config, overrides + [run_id=...])`: resumes from the run dir's checkpoint."""
+
+    def __init__(self, method: str, config: str | None, overrides: list[str], run_id: str, log_dir: str,
+                 max_requeues: int, use_gpus: bool = False) -> None:
+        super().__init__(log_dir, max_requeues, use_gpus)
+        self.method = method
+        self.config = config
+        self.overrides = [o for o in overrides if not o.startswith("run_id=")] + [f"run_id={run_id}"]
+
+    def run(self, task: TaskInfo) -> dict:
+        from playpen.train import train
+
+        run = train(self.method, self.config, list(self.overrides))
+        return {"run_dir": str(run.path), "rank": task.rank, "world_size": task.world_size,
+                "host": task.host}
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """`submit eval --config FILE`: the arguments of `playpen eval` (playpen.eval.evaluate) as YAML keys."""
+
+    model: str
+    games: list[str] | None = None
+    results_dir: str | None = None  # default: <storage_root>/eval/<model>-<time>
+    storage_root: str | None = None
+    suite: str = "all"
+    max_tokens: int = 300
+    temperature: float = 0.0
+    instances: int | None = None
+    instance_set: str = "validation"
+    batch_size: int = 8
+    skip_gameplay: bool = False
+
+
+class EvalJob(PlaypenJob):
+    """`playpen.eval.evaluate` on one model; a requeued job replays the games (results are replaced)."""
+
+    def __init__(self, spec: EvalSpec, results_dir: str, log_dir: str, max_requeues: int,
+                 use_gpus: bool = False) -> None:
+        super().__init__(log_dir, max_requeues, use_gpus)
+        self.kwargs = {k: v for k, v in asdict(spec).items() if k not in ("model", "storage_root")}
+        self.kwargs["results_dir"] = results_dir
+        self.model = spec.model
+
+    def run(self, task: TaskInfo) -> dict:
+        from playpen.eval import evaluate
+
+        val = evaluate(self.model, **self.kwargs)
+        return {k: val.get(k) for k in ("clemscore", "statscore", "results_dir")}
+
+
+class SweepCellsJob(PlaypenJob):
+    """Sweep cells one after the other: one per job-array task on SLURM, a share of them per local worker.
+    A requeued task skips the cells it already finished."""
+
+    def __init__(self, sweep_dir: str, log_dir: str, max_requeues: int, use_gpus: bool = False,
+                 aggregate: bool = False) -> None:
+        super().__init__(log_dir, max_requeues, use_gpus)
+        self.sweep_dir = sweep_dir
+        self.aggregate = aggregate  # local workers aggregate at their end (SLURM: a dependent job does)
+
+    def run(self, task: TaskInfo, cells: list[Any]) -> dict:
+        from playpen.eval import sweep
+
+        done, failed = [], {}
+        for cell in cells:
+            if sweep.cell_state(self.sweep_dir, cell)["state"] == "done":  # finished before a requeue
+                done.append(cell.key)
+                continue
+            try:
+                done.append(sweep.run_cell(self.sweep_dir, cell)["key"])
+            except Exception as e:  # noqa: BLE001  (recorded in the cell's state.json; the next cell runs)
+                failed[getattr(cell, "key", "?")] = f"{type(e).__name__}: {e}"[:300]
+        if self.aggregate:
+            sweep.aggregate(self.sweep_dir)
+        if failed:
+            raise RuntimeError(f"{len(failed)} of {len(cells)} cell(s) failed: {failed}")
+        return {"done": done}
+
+
+def aggregate_sweep(sweep_dir: str) -> dict:
+    """The job that runs after a sweep's job array (SLURM dependency afterany)."""
+    from playpen.eval import sweep
+
+    return sweep.aggregate(sweep_dir)

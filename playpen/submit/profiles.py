@@ -1,0 +1,150 @@
+"""Cluster profiles: one typed YAML file per cluster under `configs/cluster/` (partition, account, time, caches,
+container, NCCL, limits). `--cluster NAME` picks `configs/cluster/NAME.yaml` (the working directory's
+`configs/cluster/` first, then the repository's); `--cluster path/to/file.yaml` takes a file; without the flag,
+$PLAYPEN_CLUSTER or `local`.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from playpen.config import build, load_yaml
+from playpen.errors import PlaypenError
+
+PROFILE_ENV = "PLAYPEN_CLUSTER"
+DEFAULT_PROFILE = "local"
+REPO_PROFILES = Path(__file__).resolve().parents[2] / "configs" / "cluster"
+
+# Names of the submitting shell's variables that never reach a job (unless listed in `env_keep`): SLURM's own
+# (a job submitted from a job would inherit its allocation), torch.distributed's, and anything that looks like a
+# credential. SLURM_CONF is kept: it only says which cluster to talk to (scontrol requeue needs it in the job).
+DROPPED_ENV_PREFIXES = ("SLURM_", "SLURMD_", "SRUN_", "SBATCH_", "SALLOC_", "SUBMITIT_", "PMI_", "PMIX_", "OMPI_")
+DROPPED_ENV_NAMES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                     "CUDA_VISIBLE_DEVICES")
+SECRET_PATTERN = re.compile(r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|KEY|"
+                            r"CREDENTIALS?|AUTH)(?:_|$)", re.I)
+KEPT_ENV_NAMES = ("SLURM_CONF",)
+
+
+@dataclass(frozen=True)
+class ContainerSettings:
+    """Run the job's python inside an image: `<runtime> exec [--nv] --bind <binds> <image> <python> ...`."""
+
+    image: str | None = None  # path of the .sif on the cluster; None: run in the submitting environment
+    runtime: str = "apptainer"  # or "singularity"
+    binds: list[str] = field(default_factory=list)  # storage_root and scratch are added automatically
+    python: str = "python"  # the interpreter inside the image
+
+
+@dataclass(frozen=True)
+class ClusterProfile:
+    name: str = DEFAULT_PROFILE
+    # sbatch resources (None: the cluster's default)
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: int | str = 60  # minutes, or SLURM's "[D-]HH:MM:SS"
+    mem: str | None = None  # per node, e.g. "64G"
+    cpus_per_task: int | None = None
+    gpus_per_node: int = 0  # default for --gpus-per-node
+    gres: str | None = None  # e.g. "gpu:a100:4": replaces --gpus-per-node in jobs that request GPUs
+    constraint: str | None = None
+    exclude: str | None = None
+    sbatch: dict[str, Any] = field(default_factory=dict)  # any other #SBATCH --key=value
+    srun_args: list[str] = field(default_factory=list)
+    signal_delay_s: int = 120  # USR2 this long before the time limit: time to reach a checkpoint
+    # job environment
+    setup: list[str] = field(default_factory=list)  # shell lines before the job starts (module load ...)
+    storage_root: str | None = None  # shared storage for run dirs; None: $PLAYPEN_STORAGE or ./runs
+    scratch: str | None = None  # node-local or scratch space, bound into the container
+    env: dict[str, str] = field(default_factory=dict)  # exported in the job (caches: HF_HOME, ...)
+    nccl: dict[str, str] = field(default_factory=dict)  # NCCL_* settings, exported in the job
+    env_keep: list[str] = field(default_factory=list)  # secret-looking variables that may reach the job
+    container: ContainerSettings = field(default_factory=ContainerSettings)
+    # limits
+    max_nodes: int | None = None  # refuse --nodes above this (sinfo is asked too when SLURM is present)
+    array_parallelism: int = 16  # sweep cells running at once (local executor: parallel worker jobs)
+    max_requeues: int = 3  # preemptions/timeouts a job may survive before it fails
+
+    @property
+    def time_min(self) -> int:
+        return parse_time_min(self.time, f"cluster profile {self.name}: time")
+
+    def job_env(self) -> dict[str, str]:
+        """Variables the profile exports in every job (values may use $VARS of the job's shell)."""
+        return {**self.env, **self.nccl}
+
+
+def parse_time_min(value: int | str, where: str) -> int:
+    """60, "90", "02:00:00", "1-00:00:00", "30:00" → minutes (rounded up)."""
+    if isinstance(value, int):
+        minutes = value
+    else:
+        m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", value.strip())
+        if not m:
+            raise PlaypenError(f"{where}: {value!r} is not a time; use minutes or [D-]HH:MM:SS")
+        days, a, b, c = (int(x) if x else None for x in m.groups())
+        if b is None:  # "M" or "D-H"
+            minutes = (days or 0) * 1440 + (a * 60 if days is not None else a)
+        elif c is None:  # "MM:SS" or "D-HH:MM"
+            minutes = (days * 1440 + a * 60 + b) if days is not None else a + (1 if b else 0)
+        else:  # "HH:MM:SS"
+            minutes = (days or 0) * 1440 + a * 60 + b + (1 if c else 0)
+    if minutes <= 0:
+        raise PlaypenError(f"{where}: must be positive, got {value!r}")
+    return minutes
+
+
+def search_dirs() -> list[Path]:
+    dirs = [Path.cwd() / "configs" / "cluster", REPO_PROFILES]
+    return list(dict.fromkeys(d.resolve() for d in dirs if d.is_dir()))
+
+
+def available() -> list[str]:
+    return sorted({p.stem for d in search_dirs() for p in d.glob("*.yaml")})
+
+
+def profile_path(name: str) -> Path:
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise PlaypenError(f"cluster profile file {name} not found")
+        return path
+    for d in search_dirs():
+        if (d / f"{name}.yaml").is_file():
+            return d / f"{name}.yaml"
+    raise PlaypenError(f"unknown cluster profile '{name}'; available: {', '.join(available()) or 'none'} "
+                       f"(files in configs/cluster/)")
+
+
+def load_profile(name: str | None = None) -> ClusterProfile:
+    name = name or os.environ.get(PROFILE_ENV) or DEFAULT_PROFILE
+    path = profile_path(name)
+    profile = build(ClusterProfile, {"name": path.stem, **load_yaml(path)}, str(path))
+    profile.time_min  # noqa: B018  (checks the time format now)
+    if profile.container.runtime not in ("apptainer", "singularity"):
+        raise PlaypenError(f"{path}: container.runtime must be apptainer or singularity, "
+                           f"got {profile.container.runtime!r}")
+    return profile
+
+
+def with_container(profile: ClusterProfile, image: str | None) -> ClusterProfile:
+    """`--container IMAGE` replaces the profile's image; `--container none` runs without one."""
+    if image is None:
+        return profile
+    return replace(profile, container=replace(profile.container, image=None if image == "none" else image))
+
+
+def job_submission_env(environ: dict[str, str], profile: ClusterProfile) -> dict[str, str]:
+    """The submitting shell's variables minus SLURM/distributed/secret ones: what a job may inherit."""
+    keep = set(KEPT_ENV_NAMES) | set(profile.env_keep)
+
+    def dropped(name: str) -> bool:
+        if name in keep:
+            return False
+        return name.startswith(DROPPED_ENV_PREFIXES) or name in DROPPED_ENV_NAMES or bool(SECRET_PATTERN.search(name))
+
+    return {k: v for k, v in environ.items() if not dropped(k)}

@@ -1,0 +1,258 @@
+"""`python -m playpen.submit` without SLURM: profiles, --dry-run scripts, bad input (one line, exit 2, nothing
+submitted), a real training job on the local executor, and the clean job environment."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from playpen.submit import executor as exe
+from playpen.submit import jobs
+from playpen.submit.cli import main
+from playpen.submit.profiles import available, load_profile, parse_time_min
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = str(Path(sys.executable).parent)  # python, no sbatch/srun/apptainer
+SECRET = "s3cr3t-value-that-must-not-leak"
+
+
+def write_sft_config(tmp_path: Path, steps: int = 4, save_steps: int = 2, rows: int = 32) -> Path:
+    """A tiny SFT run on playpen-tiny (the data is generated here)."""
+    data = tmp_path / "sft.jsonl"
+    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"What is {i} + {i}?"},
+                                                     {"role": "assistant", "content": str(2 * i)}]}) + "\n"
+                            for i in range(rows)))
+    config = tmp_path / "sft.yaml"
+    config.write_text(f"experiment: submit-test\ndata: {data}\nstorage_root: {tmp_path / 'runs'}\n"
+                      f"trainer:\n  max_steps: {steps}\n  save_steps: {save_steps}\n"
+                      f"  per_device_train_batch_size: 4\n")
+    return config
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 180, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "playpen.submit", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env=env)
+
+
+def printed(output: str, label: str) -> str:
+    """The value after `label:` in the submit printout (run dir, cancel, ...)."""
+    line = next(line for line in output.splitlines() if line.strip().startswith(f"{label}:"))
+    return line.split(":", 1)[1].strip()
+
+
+# ---------------------------------------------------------------- profiles
+
+def test_shipped_profiles_load():
+    assert {"local", "devcluster", "example_gpu"} <= set(available())
+    for name in available():
+        load_profile(name)
+    gpu = load_profile("example_gpu")
+    assert gpu.time_min == 1440 and gpu.gpus_per_node == 4 and gpu.container.image.endswith(".sif")
+    assert load_profile("devcluster").partition == "debug"
+
+
+@pytest.mark.parametrize("value,minutes", [(90, 90), ("90", 90), ("02:00:00", 120), ("1-00:00:00", 1440),
+                                           ("30:30", 31), ("1-02", 1560)])
+def test_time_formats(value, minutes):
+    assert parse_time_min(value, "t") == minutes
+
+
+# ---------------------------------------------------------------- --dry-run (no SLURM on PATH)
+
+def test_dry_run_prints_the_gpu_cluster_script(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", VENV_BIN)  # no sbatch/srun/apptainer: the script is rendered without SLURM
+    config = write_sft_config(tmp_path)
+    code = main(["sft", "--config", str(config), "--cluster", "example_gpu", "--nodes", "2", "--dry-run",
+                 "storage_root=/project/my-project/playpen/runs"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    for line in ["#SBATCH --partition=gpu", "#SBATCH --account=my-project", "#SBATCH --qos=normal",
+                 "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4",
+                 "#SBATCH --time=1440", "#SBATCH --mem=480G", "#SBATCH --cpus-per-task=16",
+                 "#SBATCH --signal=USR2@300", "#SBATCH --requeue", "#SBATCH --mail-type=FAIL",
+                 "module load apptainer", 'export HF_HOME="/scratch/$USER/hf"', 'export NCCL_SOCKET_IFNAME="ib0"',
+                 'export PLAYPEN_STORAGE="/project/my-project/playpen/runs"']:
+        assert line in out.splitlines(), f"{line!r} missing from:\n{out}"
+    srun = next(line for line in out.splitlines() if line.startswith("srun "))
+    assert "--cpu-bind=none" in srun
+    exec_line = ('apptainer exec --nv --bind "/project/my-project/playpen/runs,/scratch/$USER,'
+                 '/project/my-project/data" /project/my-project/containers/playpen.sif python -u -m '
+                 'submitit.core._submit /project/my-project/playpen/runs/submit-test/')
+    assert exec_line in srun, srun
+    assert not Path("/project").exists()  # nothing created, nothing submitted
+
+
+def test_dry_run_gres_and_no_gpu_flags(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", VENV_BIN)
+    profile = tmp_path / "typed.yaml"
+    profile.write_text((REPO / "configs/cluster/example_gpu.yaml").read_text() + 'gres: "gpu:a100:4"\n')
+    config = write_sft_config(tmp_path)
+    assert main(["sft", "--config", str(config), "--cluster", str(profile), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "#SBATCH --gres=gpu:a100:4" in out and "--gpus-per-node" not in out
+    # --gpus-per-node 0: one CPU task per node, no --nv; --container none: this venv's python
+    assert main(["sft", "--config", str(config), "--cluster", "example_gpu", "--gpus-per-node", "0",
+                 "--container", "none", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "#SBATCH --ntasks-per-node=1" in out and "--nv" not in out and "apptainer exec" not in out
+    assert f"{sys.executable} -u -m submitit.core._submit" in out
+    # the local executor's plan: the job's variables and command, and nothing created
+    assert main(["sft", "--config", str(config), "--executor", "local", "--cluster", "devcluster", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "OMP_NUM_THREADS=1" in out and f"{sys.executable} -u -m submitit.core._submit" in out
+    assert not (tmp_path / "runs").exists()
+
+
+def test_dry_run_of_a_sweep_is_one_job_array(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", VENV_BIN)
+    monkeypatch.chdir(tmp_path)
+    code = main(["sweep", "--config", str(REPO / "configs/sweeps/tiny.yaml"), "--cluster", "devcluster",
+                 "--dry-run", f"storage_root={tmp_path / 'runs'}"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    array = next(line for line in out.splitlines() if line.startswith("#SBATCH --array="))
+    cells = int(array.split("=")[1].split("-")[1].split("%")[0]) + 1
+    assert cells >= 2 and array.endswith("%4"), array  # array_parallelism of the devcluster profile
+    assert "#SBATCH --nodes=1" in out
+
+
+# ---------------------------------------------------------------- bad input: one line, exit 2, nothing submitted
+
+BAD_INPUTS = {
+    "unknown profile": (["--cluster", "nope"], {}, "unknown cluster profile 'nope'; available: devcluster, "),
+    "nodes above the profile": (["--cluster", "devcluster", "--nodes", "3", "--executor", "local"], {},
+                                "--nodes 3 is above the cluster profile devcluster's max_nodes=2"),
+    "several nodes, local executor": (["--executor", "local", "--nodes", "2"], {}, "--nodes 2 needs SLURM"),
+    "missing image": (["--executor", "local", "--container", "/nonexistent/playpen.sif"], {},
+                      "container image /nonexistent/playpen.sif not found"),
+    "missing runtime": (["--executor", "local", "--container", "{image}"], {"PATH": VENV_BIN},
+                        "neither apptainer nor singularity is on PATH"),
+    "no sbatch": (["--executor", "slurm"], {"PATH": VENV_BIN}, "--executor slurm, but there is no sbatch/srun"),
+    "storage not writable": (["--executor", "local", "storage_root=/proc/playpen-runs"], {},
+                             "storage root /proc/playpen-runs cannot be created"),
+    "config key": (["--executor", "local", "learning_rate=3"], {}, "unknown key 'learning_rate'"),
+    "override syntax": (["--executor", "local", "trainer.max_steps"], {}, "must look like key=value"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_input_is_one_line_and_submits_nothing(case, tmp_path, monkeypatch, capsys):
+    args, env, message = BAD_INPUTS[case]
+    image = tmp_path / "image.sif"
+    image.write_bytes(b"SIF")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    config = write_sft_config(tmp_path)
+    code = main(["sft", "--config", str(config), *[a.format(image=image) for a in args]])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("playpen: error: ") and message in lines[0], captured.err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_missing_config_file_and_status_of_a_non_run(tmp_path, capsys):
+    assert main(["grpo", "--config", str(tmp_path / "nope.yaml"), "--executor", "local"]) == 2
+    assert "config file" in capsys.readouterr().err
+    assert main(["status", str(tmp_path)]) == 2
+    assert "holds no submission record" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- real jobs on the local executor
+
+@pytest.mark.slow
+def test_local_executor_trains_and_status_reports_it(tmp_path):
+    config = write_sft_config(tmp_path, steps=4, save_steps=2)
+    t0 = time.monotonic()
+    proc = run_cli("sft", "--config", str(config), "--executor", "local", "--wait")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    print(f"local SFT job, submit → result: {time.monotonic() - t0:.1f} s")
+    run_dir = Path(printed(proc.stdout, "run dir"))
+    assert printed(proc.stdout, "cancel").startswith("kill -INT ")
+    assert "tail -f " in proc.stdout and "finished: {'run_dir': " in proc.stdout
+    assert run_dir.parent == tmp_path / "runs" / "submit-test"
+    assert (run_dir / "checkpoints" / "checkpoint-4").is_dir() and (run_dir / "final").is_dir()
+    assert [m["step"] for m in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())][:4] == \
+        [1, 2, 3, 4]
+    events = [e["event"] for e in jobs.job_events(run_dir / "logs")]
+    assert events == ["started", "finished"]
+    status = run_cli("status", str(run_dir))
+    assert status.returncode == 0 and "FINISHED" in status.stdout and "0 requeue(s) (max 3)" in status.stdout
+    assert "latest checkpoint-4" in status.stdout and "[playpen] done" in status.stdout
+    logs = run_cli("logs", str(run_dir))
+    assert "Job completed successfully" in logs.stdout
+
+
+def probe_environment() -> dict:
+    return {k: v for k, v in os.environ.items()
+            if k in ("HF_TOKEN", "MY_API_KEY", "SLURM_JOB_NAME", "SBATCH_PARTITION", "RANK", "PLAYPEN_STORAGE",
+                     "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "PATH", "SLURM_CONF")}
+
+
+def submit_probe(kind: str, tmp_path: Path, monkeypatch, profile=None) -> tuple[dict, Path]:
+    """Submit `probe_environment` from a shell holding secrets and SLURM variables of an outer job."""
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    for name, value in {"HF_TOKEN": SECRET, "MY_API_KEY": SECRET, "SLURM_JOB_NAME": "outer-job",
+                        "SBATCH_PARTITION": "urgent", "RANK": "5"}.items():
+        monkeypatch.setenv(name, value)
+    profile = profile or load_profile("devcluster")
+    folder = tmp_path / "probe"
+    ex = exe.make_executor(kind, folder, profile, exe.Resources(), "probe", tmp_path / "runs")
+    with exe.submission_env(profile, kind, tmp_path / "runs"):
+        job = ex.submit(probe_environment)
+    assert os.environ["HF_TOKEN"] == SECRET  # the submitting process keeps its own environment
+    deadline = time.monotonic() + 60
+    while not job.done() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return job.result(), folder
+
+
+def assert_clean(seen: dict, folder: Path) -> None:
+    assert not {"HF_TOKEN", "MY_API_KEY", "SBATCH_PARTITION", "RANK"} & set(seen), seen
+    assert seen.get("SLURM_JOB_NAME") != "outer-job"
+    assert seen["PLAYPEN_STORAGE"].endswith("runs") and seen["OMP_NUM_THREADS"] == "1"
+    for path in folder.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_local_job_environment_is_clean(tmp_path, monkeypatch):
+    seen, folder = submit_probe("local", tmp_path, monkeypatch)
+    assert_clean(seen, folder)
+
+
+def test_job_runs_behind_the_container_exec_line(tmp_path, monkeypatch):
+    """apptainer cannot be installed here: a stand-in `apptainer` on PATH records the exec line submitit runs
+    and then runs the command after the image itself, so the real job machinery goes through that line."""
+    image, argv_log, bin_dir = tmp_path / "playpen.sif", tmp_path / "apptainer-argv", tmp_path / "bin"
+    image.write_bytes(b"SIF")
+    bin_dir.mkdir()
+    (bin_dir / "apptainer").write_text(
+        f'#!/bin/sh\nprintf "%s\\n" "$@" > {argv_log}\n'
+        f'while [ "$1" != "{image}" ]; do shift; done\nshift\nexec "$@"\n')
+    (bin_dir / "apptainer").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{VENV_BIN}:/usr/bin:/bin")
+    text = (REPO / "configs/cluster/devcluster.yaml").read_text()
+    profile_file = tmp_path / "container.yaml"
+    profile_file.write_text(text + f"container:\n  image: {image}\n  binds: [/data/$USER]\n"
+                                   f"  python: {sys.executable}\n")
+    profile = exe.check_container(load_profile(str(profile_file)))
+    monkeypatch.setenv("USER", "alice")
+    seen, folder = submit_probe("local", tmp_path, monkeypatch, profile)
+    assert_clean(seen, folder)
+    argv = argv_log.read_text().splitlines()
+    assert argv[:4] == ["exec", "--bind", f"{tmp_path / 'runs'},/data/alice", str(image)]  # no --nv on CPU
+    assert argv[4:7] == [sys.executable, "-u", "-m"] and argv[7] == "submitit.core._submit"
+
+
+def test_train_job_pins_the_run_id():
+    job = jobs.TrainJob("sft", "c.yaml", ["run_id=old", "x=1"], "r1", "/nonexistent", max_requeues=1)
+    assert job.overrides == ["x=1", "run_id=r1"] and job.requeues == 0
