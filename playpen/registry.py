@@ -82,7 +82,7 @@ def model_entries(cwd: Path | None = None, storage_root: Path | None = None) -> 
 def _expand(spec: dict) -> dict:
     spec = json.loads(json.dumps(spec))  # deep copy
     if isinstance(spec.get("huggingface_id"), str):
-        spec["huggingface_id"] = spec["huggingface_id"].replace("{playpen_home}", str(playpen_home()))
+        spec["huggingface_id"] = spec["huggingface_id"].replace("{playpen_models}", str(PACKAGED_MODELS.parent))
     return spec
 
 

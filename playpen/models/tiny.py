@@ -6,7 +6,9 @@ format some of the time: enough reward signal for RL, far from solving the games
 Hugging Face folder and loaded through the same code path as any hub model (AutoModelForCausalLM,
 clemcore's huggingface_local backend).
 
-Build: `python -m playpen.models.tiny [--out DIR]` (default: $PLAYPEN_HOME/models/playpen-tiny).
+The build is shipped in the package (`playpen/models/playpen-tiny/`, ~3 MB) because pretraining takes minutes
+on 2 busy cores; `python -m playpen.models.tiny --force` rebuilds it from this recipe (seeded: the same
+commit gives the same weights on the same torch build).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import shutil
 import time
 from pathlib import Path
 
-from playpen.registry import TINY_MODEL, playpen_home
+from playpen.registry import TINY_MODEL
 
 BUILD_VERSION = 3  # bump when the recipe changes: an older build is then rebuilt on first use
 SEED = 1234
@@ -38,11 +40,11 @@ CHAT_TEMPLATE = (
 )
 MODEL_SHAPE = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
                    num_key_value_heads=2, max_position_embeddings=2048)
-PRETRAIN = dict(steps=600, batch_size=16, lr=3e-3, max_len=768, episodes_per_game=400)
+PRETRAIN = dict(steps=400, batch_size=16, lr=3e-3, max_len=768, episodes_per_game=400)
 
 
 def default_path() -> Path:
-    return playpen_home() / "models" / TINY_MODEL
+    return Path(__file__).parent / TINY_MODEL
 
 
 def build_tokenizer(texts: list[str]):
@@ -126,6 +128,7 @@ def build(out: Path, conversations: list[list[dict]] | None = None, log=print, *
     import torch
 
     recipe = {**PRETRAIN, **overrides}
+    torch.set_num_threads(1)  # one thread is as fast at this size and the result does not depend on core count
     torch.manual_seed(SEED)
     random.seed(SEED)
     started = time.time()
@@ -156,7 +159,7 @@ def is_built(path: Path) -> bool:
 
 
 def ensure_tiny_model(path: Path | None = None, log=print) -> Path:
-    """Build once per $PLAYPEN_HOME; a file lock makes concurrent jobs wait instead of building twice."""
+    """Build if the shipped copy is missing or stale; a file lock makes concurrent jobs wait, not build twice."""
     path = path or default_path()
     if is_built(path):
         return path
@@ -170,8 +173,8 @@ def ensure_tiny_model(path: Path | None = None, log=print) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=None, help="target folder (default: %(default)s → "
-                        "$PLAYPEN_HOME/models/playpen-tiny)")
+    parser.add_argument("--out", type=Path, default=None, help="target folder (default: the packaged "
+                        "playpen/models/playpen-tiny)")
     parser.add_argument("--force", action="store_true", help="rebuild even if an up-to-date build exists")
     args = parser.parse_args()
     out = args.out or default_path()
