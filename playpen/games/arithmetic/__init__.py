@@ -1,0 +1,1 @@
+"""The arithmetic game (clemcore loads master.py from this folder; the package makes it installable)."""

@@ -1,0 +1,81 @@
+"""Writes referencegame's instances: `python playpen/games/referencegame/instancegenerator.py`.
+
+Target grids of validation (in/instances.json) and train (in/instances_train.json) come from disjoint parts of
+one seeded shuffle of all 512 3x3 grids. Experiments are difficulty levels by how close the two distractors are
+to the target: random grids (easy), 2 cells changed (medium), 1 cell changed (hard).
+"""
+import random
+from pathlib import Path
+
+from clemcore.clemgame import GameInstanceGenerator
+
+from playpen.games.referencegame.master import POSITIONS, render_grids
+
+GAME_DIR = Path(__file__).parent
+SEED = 42
+EXPERIMENTS = {"easy": None, "medium": 2, "hard": 1}  # name -> cells in which a distractor differs (None: any)
+VALIDATION_PER_EXPERIMENT = 7
+TRAIN_PER_EXPERIMENT = 40
+VALIDATION_POOL = 64  # target grids reserved for validation
+TRAIN_ID_OFFSET = 10000
+
+
+def to_grid(bits: int) -> list[str]:
+    cells = ["X" if bits >> i & 1 else "." for i in range(9)]
+    return ["".join(cells[r * 3:r * 3 + 3]) for r in range(3)]
+
+
+def distractor(target: int, n_changed: int | None, rng: random.Random) -> int:
+    if n_changed is None:
+        return rng.randrange(512)
+    for cell in rng.sample(range(9), n_changed):
+        target ^= 1 << cell
+    return target
+
+
+class ReferenceGameInstanceGenerator(GameInstanceGenerator):
+
+    def __init__(self):
+        super().__init__(str(GAME_DIR))
+
+    def on_generate(self, seed: int, split: str = "validation"):
+        rng = random.Random(seed)
+        all_grids = list(range(512))
+        rng.shuffle(all_grids)
+        pool = all_grids[:VALIDATION_POOL] if split == "validation" else all_grids[VALIDATION_POOL:]
+        rng = random.Random(f"{seed}-{split}")  # the split's own stream: validation does not shift train
+        giver_template = (GAME_DIR / "resources" / "giver_prompt.txt").read_text(encoding="utf-8")
+        follower_template = (GAME_DIR / "resources" / "follower_prompt.txt").read_text(encoding="utf-8")
+        per_experiment = VALIDATION_PER_EXPERIMENT if split == "validation" else TRAIN_PER_EXPERIMENT
+        targets = iter(rng.sample(pool, per_experiment * len(EXPERIMENTS)))
+        game_id = 0 if split == "validation" else TRAIN_ID_OFFSET
+        for name, n_changed in EXPERIMENTS.items():
+            experiment = self.add_experiment(name)
+            experiment["distractor_distance"] = n_changed or "random"
+            for _ in range(per_experiment):
+                target = next(targets)
+                grids = {target}
+                while len(grids) < 3:  # two distinct distractors
+                    grids.add(distractor(target, n_changed, rng))
+                giver_order = sorted(grids)
+                rng.shuffle(giver_order)
+                follower_order = giver_order[:]
+                while follower_order == giver_order:  # the giver is told the follower's order differs
+                    rng.shuffle(follower_order)
+                giver_grids = [to_grid(g) for g in giver_order]
+                follower_grids = [to_grid(g) for g in follower_order]
+                instance = self.add_game_instance(experiment, game_id)
+                instance["target_grid"] = to_grid(target)
+                instance["player_1_grids"] = giver_grids
+                instance["player_1_target"] = POSITIONS[giver_order.index(target)]
+                instance["player_2_grids"] = follower_grids
+                instance["player_2_target"] = POSITIONS[follower_order.index(target)]
+                instance["player_1_prompt"] = (giver_template.replace("$GRIDS$", render_grids(giver_grids))
+                                               .replace("$TARGET$", instance["player_1_target"]))
+                instance["player_2_prompt"] = follower_template.replace("$GRIDS$", render_grids(follower_grids))
+                game_id += 1
+
+
+if __name__ == "__main__":
+    ReferenceGameInstanceGenerator().generate("instances.json", seed=SEED, split="validation")
+    ReferenceGameInstanceGenerator().generate("instances_train.json", seed=SEED, split="train")

@@ -1,0 +1,1 @@
+"""The wordle game (clemcore loads master.py from this folder; the package makes it installable)."""
