@@ -1,0 +1,300 @@
+"""`playpen data`: every interactions.json under a folder -> a conversational dataset (jsonl).
+
+    playpen data results/ -o dataset.jsonl [--game wordle] [--outcome success] [--model playpen-tiny]
+
+One row per (episode, model player): that player's own view of the dialogue, `messages` alternating user/assistant
+and ending with its last reply, plus `meta {game, experiment, task_id, player_name, game_role, model, outcome,
+main_score, source}`. Both players of a 2-player game give a row each; the game master and programmatic players
+are not learners and give none. Rows load directly into TRL's SFTTrainer (conversational format).
+
+Two layouts are read:
+- clemcore 3.x results and playpen-records: `<model>[/<tag>]/<game>/<experiment>/instance_NNNNN/`, interactions
+  with `meta` and `players` as {"Player 1": {"game_role", "model_name"}};
+- published clembench v2.0 runs: `<model-pair>/<game>/<N_experiment>/episode_N/`, no `meta`, players as strings
+  ("WordGuesser, Llama-3.3-70B-Instruct" or "Word Guesser (Llama-3.3-70B-Instruct)"), scores.json with bare NaN.
+
+Outcome: from the sibling scores.json if present, else the Aborted/Success/Lose keys the game logged, else the
+game master's final note (e.g. v2.0 taboo's "correct guess"): one of success, lose, aborted, unknown.
+Unreadable, truncated or incomplete interactions files are listed and skipped; the conversion never crashes on
+them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from playpen.errors import PlaypenError
+from playpen.storage import atomic_write_text
+
+OUTCOMES = ("success", "lose", "aborted", "unknown")
+OUTCOME_ALIASES = {"failure": "lose", "loss": "lose", "lost": "lose", "abort": "aborted", "won": "success"}
+NON_LEARNERS = {"programmatic", "mock", "dry_run", "human", "terminal", "custom", ""}
+
+
+@dataclass
+class Stats:
+    files: int = 0  # interactions.json files found
+    episodes: int = 0  # files converted
+    rows: int = 0  # rows written
+    filtered: int = 0  # player rows left out by --game/--outcome/--model
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (file, reason)
+    outcomes: Counter = field(default_factory=Counter)  # rows per outcome
+    games: Counter = field(default_factory=Counter)  # rows per game
+
+    def summary(self) -> str:
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(self.outcomes.items())) or "none"
+        return (f"{self.rows} rows from {self.episodes} episodes ({self.files} interactions files; "
+                f"{len(self.skipped)} skipped, {self.filtered} player views filtered out); outcomes: {outcomes}")
+
+
+# ---------------------------------------------------------------- reading one episode
+
+def _load_lenient(path: Path):
+    """json.loads accepts NaN/Infinity, as clembench's score files need."""
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _parse_player(name: str, value, pair_models: list[str]) -> tuple[str, str]:
+    """(game_role, model) of one entry of the interactions' `players`."""
+    if isinstance(value, dict):
+        return str(value.get("game_role", "")), str(value.get("model_name", ""))
+    text = str(value)
+    match = re.fullmatch(r"(.*?)\s*\(([^()]*)\)\s*", text)  # "Word Guesser (Llama-3.3-70B-Instruct)"
+    if match:
+        return match.group(1).strip(), match.group(2).strip()
+    if "," in text:  # "WordDescriber, Llama-3.3-70B-Instruct"
+        role, model = text.rsplit(",", 1)
+        return role.strip(), model.strip()
+    index = re.fullmatch(r"Player (\d+)", name)
+    model = pair_models[int(index.group(1)) - 1] if index and int(index.group(1)) <= len(pair_models) else ""
+    return text.strip(), model
+
+
+def _is_learner(name: str, model: str) -> bool:
+    return name != "GM" and name.startswith("Player") and model.strip().lower() not in NON_LEARNERS
+
+
+def _outcome_from_scores(scores: dict) -> str | None:
+    episode = scores.get("episode scores") if isinstance(scores, dict) else None
+    if not isinstance(episode, dict):
+        return None
+    return _outcome_from_keys(episode)
+
+
+def _outcome_from_keys(record: dict) -> str | None:
+    keys = ("Aborted", "Success", "Lose")
+    if not any(k in record for k in keys):
+        return None
+
+    def flag(key):
+        value = record.get(key)
+        try:
+            return bool(value) and not (isinstance(value, float) and math.isnan(value))
+        except TypeError:
+            return False
+
+    if flag("Aborted"):
+        return "aborted"
+    if flag("Success"):
+        return "success"
+    if flag("Lose"):
+        return "lose"
+    if "Success" not in record and "Aborted" in record and "Lose" in record:
+        return "success"  # v2.0 wordle logs only Aborted/Lose: neither means solved
+    return None
+
+
+def _outcome_from_events(interactions: dict) -> str:
+    """The game master's last notes to itself: clembench v2.0 games end with e.g. 'correct guess' or
+    'game_result = ABORT' / 'game_result = LOSS'."""
+    turns = interactions.get("turns") or []
+    for round_events in reversed(turns):
+        notes = [e for e in round_events if isinstance(e, dict) and e.get("from") == "GM" and e.get("to") == "GM"]
+        for event in reversed(notes):
+            action = event.get("action") or {}
+            text = f"{action.get('type', '')} {action.get('content', '')}".lower()
+            if "abort" in text or "invalid format" in text or "violation" in text:
+                return "aborted"
+            if "correct guess" in text and "incorrect" not in text or "game_result = win" in text \
+                    or "success" in text:
+                return "success"
+            if "loss" in text or "lose" in text or "incorrect guess" in text or "failure" in text:
+                return "lose"
+        if notes:
+            break
+    return "unknown"
+
+
+def _main_score(scores: dict | None):
+    try:
+        value = float(scores["episode scores"]["Main Score"])
+    except (TypeError, KeyError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _conversation(turns: list, player: str) -> list[dict]:
+    """The player's own view: what the GM sent it (user) and what it answered (assistant), consecutive messages
+    of one role merged (as clemcore's backends merge them), cut after its last answer."""
+    messages: list[dict] = []
+    for round_events in turns:
+        for event in round_events:
+            if not isinstance(event, dict):
+                continue
+            action = event.get("action") or {}
+            if event.get("to") == player and action.get("type") == "send message":
+                role = "user"
+            elif event.get("from") == player and event.get("to") == "GM" and action.get("type") == "get message":
+                role = "assistant"
+            else:
+                continue
+            content = action.get("content")
+            if not isinstance(content, str):
+                content = json.dumps(content, ensure_ascii=False)
+            if messages and messages[-1]["role"] == role:
+                messages[-1]["content"] += "\n\n" + content
+            else:
+                messages.append({"role": role, "content": content})
+    while messages and messages[-1]["role"] != "assistant":
+        messages.pop()
+    if messages and messages[0]["role"] != "user":
+        return []
+    return messages
+
+
+def _path_info(path: Path) -> dict:
+    """game / experiment / task id / model folder as the folder layout says (used when `meta` is missing)."""
+    episode_dir = path.parent
+    experiment_dir = episode_dir.parent
+    game_dir = experiment_dir.parent
+    number = re.search(r"(\d+)", episode_dir.name)
+    return {"game": game_dir.name, "experiment": re.sub(r"^\d+_", "", experiment_dir.name),
+            "task_id": int(number.group(1)) if number else None, "model_dir": game_dir.parent.name}
+
+
+def episode_rows(path: Path) -> list[dict]:
+    """All learner rows of one interactions.json (raises ValueError with a reason if it cannot be used)."""
+    try:
+        interactions = _load_lenient(path)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON (truncated or corrupt?): line {e.lineno} col {e.colno}: {e.msg}")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"unreadable: {e}")
+    if not isinstance(interactions, dict) or not isinstance(interactions.get("turns"), list) \
+            or not isinstance(interactions.get("players"), dict):
+        raise ValueError("not an interactions record (needs 'players' and 'turns')")
+    meta = interactions.get("meta") if isinstance(interactions.get("meta"), dict) else {}
+    if meta and meta.get("completed") is not True:
+        raise ValueError("partial record: the game did not complete (meta.completed is not true)")
+    info = _path_info(path)
+    game = meta.get("game_name") or info["game"]
+    experiment = meta.get("experiment_name") or info["experiment"]
+    task_id = meta.get("game_id", info["task_id"])
+    scores = None
+    scores_file = path.parent / "scores.json"
+    if scores_file.is_file():
+        try:
+            scores = _load_lenient(scores_file)
+        except (json.JSONDecodeError, OSError, UnicodeDecodeError):
+            scores = None
+    if task_id is None and (path.parent / "instance.json").is_file():
+        try:
+            task_id = _load_lenient(path.parent / "instance.json").get("game_id")
+        except (json.JSONDecodeError, OSError, AttributeError):
+            pass
+    outcome = _outcome_from_scores(scores) or _outcome_from_keys(interactions) or _outcome_from_events(interactions)
+    pair_models = [re.sub(r"-t\d+(\.\d+)?$", "", m) for m in info["model_dir"].split("--")]
+    rows = []
+    for name, value in interactions["players"].items():
+        role, model = _parse_player(name, value, pair_models)
+        if not _is_learner(name, model):
+            continue
+        messages = _conversation(interactions["turns"], name)
+        if not messages:
+            continue
+        rows.append({"messages": messages,
+                     "meta": {"game": game, "experiment": experiment, "task_id": task_id, "player_name": name,
+                              "game_role": role, "model": model, "outcome": outcome,
+                              "main_score": _main_score(scores), "source": str(path)}})
+    return rows
+
+
+# ---------------------------------------------------------------- conversion
+
+def normalize_outcome(outcome: str | None) -> str | None:
+    if outcome is None:
+        return None
+    value = OUTCOME_ALIASES.get(outcome.lower(), outcome.lower())
+    if value not in OUTCOMES:
+        raise PlaypenError(f"unknown outcome '{outcome}'; use one of: {', '.join(OUTCOMES)}")
+    return value
+
+
+def convert(results_or_records_dir: str | Path, out_jsonl: str | Path, game: str | None = None,
+            outcome: str | None = None, model: str | None = None) -> Stats:
+    """Write the dataset; returns what was converted, filtered and skipped (with reasons)."""
+    root = Path(results_or_records_dir)
+    if not root.is_dir():
+        raise PlaypenError(f"{root} is not a folder; point `playpen data` at a results or playpen-records folder")
+    outcome = normalize_outcome(outcome)
+    files = sorted(root.rglob("interactions.json"))
+    if not files:
+        raise PlaypenError(f"no interactions.json under {root}; is it a clem results or playpen-records folder?")
+    stats = Stats(files=len(files))
+    lines = []
+    for path in files:
+        try:
+            rows = episode_rows(path)
+        except ValueError as e:
+            stats.skipped.append((str(path), str(e)))
+            continue
+        stats.episodes += 1
+        for row in rows:
+            meta = row["meta"]
+            if (game and meta["game"] != game) or (outcome and meta["outcome"] != outcome) \
+                    or (model and meta["model"] != model):
+                stats.filtered += 1
+                continue
+            stats.rows += 1
+            stats.outcomes[meta["outcome"]] += 1
+            stats.games[meta["game"]] += 1
+            lines.append(json.dumps(row, ensure_ascii=False))
+    atomic_write_text(out_jsonl, "".join(line + "\n" for line in lines))
+    return stats
+
+
+# ---------------------------------------------------------------- command line
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results_dir", type=Path, help="a clem results folder or a run's playpen-records folder")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="the jsonl file to write")
+    parser.add_argument("--game", default=None, help="only this game")
+    parser.add_argument("--outcome", default=None, help=f"only episodes with this outcome ({', '.join(OUTCOMES)})")
+    parser.add_argument("--model", default=None, help="only players played by this model (its registry name)")
+
+
+def main(args: argparse.Namespace) -> int:
+    import sys
+
+    stats = convert(args.results_dir, args.output, game=args.game, outcome=args.outcome, model=args.model)
+    for path, reason in stats.skipped:
+        print(f"playpen data: skipped {path}: {reason}", file=sys.stderr)
+    print(f"{args.output}: {stats.summary()}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    _parser = argparse.ArgumentParser(prog="python -m playpen.data", description=__doc__.split("\n\n")[0])
+    add_arguments(_parser)
+    try:
+        sys.exit(main(_parser.parse_args()))
+    except PlaypenError as _e:
+        print(f"playpen: error: {_e}", file=sys.stderr)
+        sys.exit(2)

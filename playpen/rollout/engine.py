@@ -1,0 +1,410 @@
+"""The rollout engine: many clemcore episodes at once, one batched forward per turn across all of them.
+
+    engine = RolloutEngine(learner=LocalPolicy(model, tokenizer), teacher=None, max_new_tokens=64,
+                           temperature=1.0, batch_size=32)
+    episodes = engine.play("wordle", load_instances("wordle", "train", limit=16), group_size=8,
+                           records_dir=run.records, records_tag="step_00012")
+
+Game logic is clemcore's own: each episode is a real GameMaster (`create_game_master`, `setup(**instance)`,
+`before_game()`, then `step(response)` until done), recorded by clemcore's GameInteractionsRecorder and scored
+by the game's own GameScorer, so scores equal `clem score`'s.
+
+Scheduling (continuous batching): up to `batch_size` episodes are live. Each loop lets programmatic and clemcore
+players answer (clemcore's `Player.batch_response`), then runs one generation wave per local policy over every
+live episode waiting for it. An episode that ends frees its slot at once; the next pending episode joins the
+next wave. Learner seats keep their token sequence and KV cache between turns (see generation.py), so a turn
+only encodes the new environment message. Records are written by a background thread.
+
+Self-play (teacher=None): the learner holds every seat. With a teacher: the learner holds `learner_seat`
+(default 0, i.e. the game's first player) and the teacher every other seat. A teacher may be a LocalPolicy, any
+clemcore `backends.Model`, a registered model name, or "programmatic" (the game's own scripted players).
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import random
+import sys
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+from clemcore import backends
+from clemcore.clemgame import GameInteractionsRecorder, Player
+
+from playpen.errors import PlaypenError
+from playpen.rollout.episode import (GAME_ENDED_CONTEXT, BranchInfo, Conversation, Episode, idle_trace,
+                                     reward_from)
+from playpen.rollout.generation import generate
+from playpen.rollout.instances import game_entry, load_benchmark, normalize
+from playpen.rollout.policy import LocalPolicy, PolicyModel, clean_reply, model_identifier
+from playpen.rollout.records import EpisodeRecord, RecordWriter, preferred_name
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Job:
+    experiment: dict
+    instance: dict
+    group_index: int = 0
+    branch: BranchInfo | None = None
+    snapshot: "_Snapshot | None" = None
+
+
+@dataclass
+class _Snapshot:
+    """A live episode just before a learner reply (for branching): game master, conversations, step infos."""
+    gm: object
+    convs: dict
+    step_infos: list
+    turn: int
+
+
+@dataclass
+class _Live:
+    index: int
+    job: _Job
+    gm: object
+    recorder: GameInteractionsRecorder
+    uid: str
+    convs: dict = field(default_factory=dict)
+    step_infos: list = field(default_factory=list)
+    snapshots: list | None = None
+    done: bool = False
+    error: str | None = None
+
+    def fail(self, message: str) -> None:
+        self.error, self.done = message, True
+
+
+@dataclass
+class _Session:
+    game: str
+    bench: object
+    seats: list  # clemcore models in seat order (before clemcore's automatic expansion)
+    models_id: str
+    infos: dict
+    writer: RecordWriter | None
+    generator: torch.Generator | None
+    progress: object
+    snapshot_turn: int | None | str = None  # "all" for random branch turns, an int, or None (no snapshots)
+    snapshots: dict = field(default_factory=dict)  # job index -> snapshots of that episode (branching only)
+    prefix_caches: dict = field(default_factory=dict)  # per policy: shared prompt prefix (see generation.py)
+
+
+class RolloutEngine:
+    def __init__(self, learner: LocalPolicy, teacher=None, *, max_new_tokens: int = 64, temperature: float = 1.0,
+                 batch_size: int = 32, progress: bool = True, kv_cache: bool = True, seed: int | None = None,
+                 learner_seat: int = 0, teacher_temperature: float | None = None):
+        if not isinstance(learner, LocalPolicy):
+            raise PlaypenError(f"learner must be a LocalPolicy (got {type(learner).__name__})")
+        if max_new_tokens < 1 or batch_size < 1 or temperature < 0:
+            raise PlaypenError("max_new_tokens and batch_size must be >= 1 and temperature >= 0 "
+                               f"(got {max_new_tokens}, {batch_size}, {temperature})")
+        self.learner = learner
+        self.max_new_tokens, self.temperature, self.batch_size = int(max_new_tokens), float(temperature), batch_size
+        self.progress, self.kv_cache, self.learner_seat = progress, kv_cache, learner_seat
+        self.teacher_temperature = self.temperature if teacher_temperature is None else float(teacher_temperature)
+        self.teacher = self._teacher_model(teacher)
+        self._rng = random.Random(seed)
+        self._generator = None
+        if seed is not None:
+            self._generator = torch.Generator(device=learner.device).manual_seed(seed)
+
+    # ------------------------------------------------------------ public API
+
+    def play(self, game, instances, group_size: int = 1, records_dir=None, records_tag: str | None = None
+             ) -> list[Episode]:
+        """Play every instance `group_size` times. Episodes come back in input order (instance-major)."""
+        if group_size < 1:
+            raise PlaypenError(f"group_size must be >= 1 (got {group_size})")
+        session = self._session(game, records_dir, records_tag)
+        jobs = [_Job(e, i, g) for e, i in normalize(instances) for g in range(group_size)]
+        try:
+            return self._run(session, jobs, total=len(jobs))
+        finally:
+            self._close(session)
+
+    def branch(self, game, instances, branch_factor: int = 2, branch_turn: int | None = None,
+               records_dir=None, records_tag: str | None = None) -> list[Episode]:
+        """Play each instance once, then replay it `branch_factor - 1` more times from just before one learner
+        reply (the traced seat's `branch_turn`-th reply, or a uniformly drawn one when None): all branches of a
+        root share the game state and conversation up to that reply and diverge from it on. Returns roots and
+        branches; see `preference_pairs`. Sampling must be stochastic (temperature > 0) for branches to differ."""
+        if branch_factor < 2:
+            raise PlaypenError(f"branch_factor must be >= 2 (got {branch_factor})")
+        session = self._session(game, records_dir, records_tag)
+        session.snapshot_turn = "all" if branch_turn is None else int(branch_turn)
+        roots_in = [_Job(e, i) for e, i in normalize(instances)]
+        try:
+            roots = self._run(session, roots_in, total=len(roots_in) * branch_factor)
+            jobs = []
+            for index, (root, job) in enumerate(zip(roots, roots_in)):
+                snaps = session.snapshots.pop(index, [])
+                if branch_turn is None:
+                    snap = snaps[self._rng.randrange(len(snaps))] if snaps else None
+                else:
+                    snap = next((s for s in snaps if s.turn == branch_turn), None)
+                if snap is None:
+                    continue  # the traced seat never replied (or not that often): nothing to branch
+                root.branch = BranchInfo(root.uid, snap.turn, 0)
+                jobs += [_Job(job.experiment, job.instance, 0, BranchInfo(root.uid, snap.turn, b), snap)
+                         for b in range(1, branch_factor)]
+            session.snapshot_turn = None
+            session.snapshots.clear()
+            if session.progress is not None:
+                session.progress.total = len(roots) + len(jobs)
+                session.progress.refresh()
+            return roots + self._run(session, jobs, total=len(jobs))
+        finally:
+            self._close(session)
+
+    # ------------------------------------------------------------ setup
+
+    def _teacher_model(self, teacher):
+        if teacher is None:
+            return None
+        if isinstance(teacher, LocalPolicy):
+            return PolicyModel(teacher, self.max_new_tokens, self.teacher_temperature)
+        if isinstance(teacher, str):
+            if teacher in backends.ModelSpec.PROGRAMMATIC_SPECS:
+                return backends.CustomResponseModel()
+            from playpen.registry import resolve_model
+
+            spec = backends.ModelSpec.from_dict(resolve_model(teacher))
+            return backends.load_model(spec, dict(max_tokens=self.max_new_tokens,
+                                                  temperature=self.teacher_temperature))
+        if isinstance(teacher, backends.Model):
+            if "max_tokens" not in teacher.gen_args or "temperature" not in teacher.gen_args:
+                teacher.set_gen_args(**{"max_tokens": self.max_new_tokens, "temperature": self.teacher_temperature,
+                                        **teacher.gen_args})
+            return teacher
+        raise PlaypenError(f"teacher must be None, a LocalPolicy, a clemcore Model or a model name "
+                           f"(got {type(teacher).__name__})")
+
+    def _session(self, game, records_dir, records_tag) -> _Session:
+        entry = game_entry(game)
+        bench = load_benchmark(entry)
+        players = int(entry.spec.get("players", 1) or 1)
+        learner = PolicyModel(self.learner, self.max_new_tokens, self.temperature)
+        if self.teacher is None or players == 1:
+            seats = [learner]
+        else:
+            if not 0 <= self.learner_seat < players:
+                raise PlaypenError(f"learner_seat {self.learner_seat} does not exist in '{entry.name}' "
+                                   f"({players} players)")
+            seats = [self.teacher] * players
+            seats[self.learner_seat] = learner
+        models_id = model_identifier([m.name for m in seats])
+        infos = backends.Model.to_infos(seats)
+        writer = RecordWriter(records_dir, models_id, records_tag, infos) if records_dir is not None else None
+        interactive = self.progress and sys.stderr.isatty()
+        progress = None
+        if interactive:
+            from tqdm import tqdm
+
+            progress = tqdm(total=0, desc=f"{entry.name}", unit="ep", dynamic_ncols=True, leave=False)
+        return _Session(entry.name, bench, seats, models_id, infos, writer, self._generator, progress)
+
+    def _close(self, session: _Session) -> None:
+        if session.progress is not None:
+            session.progress.close()
+        if session.writer is not None:
+            session.writer.close()
+
+    # ------------------------------------------------------------ scheduling
+
+    def _run(self, session: _Session, jobs: list[_Job], total: int) -> list[Episode]:
+        if session.progress is not None and session.progress.total < total:
+            session.progress.total = total
+            session.progress.refresh()
+        results: list[Episode | None] = [None] * len(jobs)
+        pending = deque(enumerate(jobs))
+        live: list[_Live] = []
+        while pending or live:
+            while pending and len(live) < self.batch_size:
+                index, job = pending.popleft()
+                live.append(self._start(session, index, job))
+            self._answer_others(live)
+            if any(item.done for item in live):
+                for item in live:
+                    if item.done:
+                        results[item.index] = self._finish(session, item)
+                live = [item for item in live if not item.done]
+                if pending:
+                    continue  # refill the freed slots before the next wave
+            waves: dict[int, tuple[LocalPolicy, list[_Live]]] = {}
+            for item in live:
+                policy = item.gm.current_player.model.policy
+                waves.setdefault(id(policy), (policy, []))[1].append(item)
+            for policy, group in waves.values():
+                self._wave(session, policy, group)
+        return results
+
+    def _start(self, session: _Session, index: int, job: _Job) -> _Live:
+        if job.snapshot is not None:
+            snap = self._copy_snapshot(session, job.snapshot)
+            recorder = next(x for x in snap.gm._loggers if isinstance(x, GameInteractionsRecorder))
+            return _Live(index, job, snap.gm, recorder, uuid.uuid4().hex[:12], snap.convs, snap.step_infos)
+        experiment, instance = job.experiment, job.instance
+        where = f"{session.game}: experiment '{experiment['name']}' instance {instance['game_id']}"
+        try:
+            gm = session.bench.create_game_master(experiment, session.seats)
+            gm.setup(**copy.deepcopy(instance))
+        except Exception as e:  # noqa: BLE001 - a game rejecting its own instance is bad input
+            raise PlaypenError(f"{where} failed to set up: {type(e).__name__}: {e}") from None
+        recorder = GameInteractionsRecorder(session.game, experiment["name"], instance["game_id"],
+                                            session.models_id, session.infos)
+        for player in gm.get_players():
+            recorder.log_player(player.name, player.game_role, player.model.name)
+        gm.register(recorder)
+        item = _Live(index, job, gm, recorder, uuid.uuid4().hex[:12])
+        if session.snapshot_turn is not None:
+            item.snapshots = []
+        try:
+            gm.before_game()
+        except Exception as e:  # noqa: BLE001
+            item.fail(f"before_game failed: {type(e).__name__}: {e}")
+        return item
+
+    def _is_learner(self, player) -> bool:
+        return isinstance(player.model, PolicyModel) and player.model.policy is self.learner
+
+    def _answer_others(self, live: list[_Live]) -> None:
+        """Let non-policy seats (programmatic players, clemcore models) answer until every live episode waits
+        for a local policy or has ended. Batchable models answer all their pending turns in one call."""
+        while True:
+            waiting = [x for x in live if not x.done and not isinstance(x.gm.current_player.model, PolicyModel)]
+            if not waiting:
+                return
+            batch = [x for x in waiting if x.gm.current_player.model.supports_batching()]
+            if batch:
+                players = [x.gm.current_player for x in batch]
+                contexts = [x.gm.get_context_for(p) or GAME_ENDED_CONTEXT for x, p in zip(batch, players)]
+                try:
+                    answers = Player.batch_response(players, contexts, row_ids=list(range(len(batch))))
+                except Exception as e:  # noqa: BLE001 - a crashing partner ends these episodes, not the run
+                    for x in batch:
+                        x.fail(f"partner failed: {type(e).__name__}: {e}")
+                    continue
+                for row, x in enumerate(batch):
+                    self._step(x, answers[row][1])
+            for x in waiting:
+                if x in batch or x.done:
+                    continue
+                player = x.gm.current_player
+                try:
+                    response = player(x.gm.get_context_for(player) or GAME_ENDED_CONTEXT)
+                except Exception as e:  # noqa: BLE001
+                    x.fail(f"partner failed: {type(e).__name__}: {e}")
+                    continue
+                self._step(x, response)
+
+    def _step(self, item: _Live, response: str) -> None:
+        try:
+            done, info = item.gm.step(response)
+        except Exception as e:  # noqa: BLE001 - a game crashing on some response ends that episode only
+            log.warning("%s crashed in step(): %s: %s", type(item.gm).__name__, type(e).__name__, e)
+            item.fail(f"game master step failed: {type(e).__name__}: {e}")
+            return
+        item.step_infos.append(info)
+        if done:
+            item.done = True
+
+    def _wave(self, session: _Session, policy: LocalPolicy, group: list[_Live]) -> None:
+        seqs, convs, players = [], [], []
+        for item in group:
+            player = item.gm.current_player
+            conv = item.convs.get(player.name)
+            if item.snapshots is not None and self._is_learner(player) and self._traced(item) == player.name:
+                turn = conv.turns if conv is not None else 0
+                if session.snapshot_turn == "all" or session.snapshot_turn == turn:
+                    item.snapshots.append(self._take_snapshot(session, item, turn))
+            context = item.gm.get_context_for(player) or GAME_ENDED_CONTEXT
+            perspective = player.perceive_context(context)
+            if conv is None:
+                conv = item.convs[player.name] = Conversation(policy, player.name, player.game_role)
+            seqs.append(conv.prepare(perspective))
+            convs.append(conv)
+            players.append(player)
+        temperature = self.temperature if policy is self.learner else self.teacher_temperature
+        outs = generate(policy, seqs, max_new_tokens=self.max_new_tokens, temperature=temperature,
+                        generator=session.generator, keep_cache=self.kv_cache,
+                        prefix_cache=session.prefix_caches.setdefault(id(policy), {}))
+        for item, conv, player, out in zip(group, convs, players, outs):
+            if out.error is not None:
+                item.fail(out.error)
+                continue
+            raw = policy.decode(out.reply_ids)
+            text = clean_reply(raw)
+            conv.add_reply(out, raw, text)
+            player.perceive_response(text)
+            self._step(item, text)
+
+    def _traced(self, item: _Live) -> str | None:
+        for player in item.gm.get_players():
+            if self._is_learner(player):
+                return player.name
+        return None
+
+    # ------------------------------------------------------------ branching support
+
+    def _take_snapshot(self, session: _Session, item: _Live, turn: int) -> _Snapshot:
+        memo = {id(m): m for m in session.seats}
+        return _Snapshot(copy.deepcopy(item.gm, memo), {k: c.copy() for k, c in item.convs.items()},
+                         copy.deepcopy(item.step_infos), turn)
+
+    def _copy_snapshot(self, session: _Session, snap: _Snapshot) -> _Snapshot:
+        return self._take_snapshot(session, _Live(0, None, snap.gm, None, "", snap.convs, snap.step_infos), snap.turn)
+
+    # ------------------------------------------------------------ results
+
+    def _finish(self, session: _Session, item: _Live) -> Episode:
+        job, gm = item.job, item.gm
+        interactions = item.recorder.interactions
+        scores, error = None, item.error
+        if error is None:
+            try:
+                scorer = session.bench.create_game_scorer(job.experiment, job.instance)
+                scorer.compute_scores(interactions)
+                scores = scorer.scores
+            except Exception as e:  # noqa: BLE001 - report, do not crash the run
+                error = f"scoring failed: {type(e).__name__}: {e}"
+        if error is not None:
+            log.warning("%s episode (experiment %s, game_id %s) ended with an error: %s", session.game,
+                        job.experiment["name"], job.instance["game_id"], error)
+        episode_scores = dict(scores["episode scores"]) if scores else \
+            {"Aborted": 1, "Lose": 0, "Success": 0, "Main Score": float("nan")}
+        reward, aborted, success = reward_from(episode_scores)
+        traces = []
+        for player in gm.get_players():
+            if not self._is_learner(player):
+                continue
+            conv = item.convs.get(player.name)
+            if conv is not None:
+                traces.append(conv.trace())
+            else:
+                traces.append(idle_trace(self.learner, player.name, player.game_role, gm.get_context_for(player)))
+        main = traces[0]
+        meta = interactions.get("meta", {})
+        episode = Episode(
+            game=session.game, experiment=job.experiment["name"], game_id=job.instance["game_id"],
+            group_index=job.group_index, messages=main.messages, prompt_ids=main.prompt_ids,
+            completion_ids=main.completion_ids, env_mask=main.env_mask, logprobs=main.logprobs,
+            episode_scores=episode_scores, reward=reward, aborted=aborted, success=success,
+            num_turns=int(meta.get("round_count") or len(interactions.get("turns", [])) or 0),
+            uid=item.uid, learner_turns=main.learner_turns, player=main.player, role=main.role, traces=traces,
+            turn_scores=dict(scores.get("round scores", {})) if scores else {}, step_infos=item.step_infos,
+            interactions=interactions, instance=job.instance, branch=job.branch, error=error)
+        if item.snapshots is not None:
+            session.snapshots[item.index] = item.snapshots
+        if session.writer is not None:
+            branch_index = job.branch.index if job.branch else 0
+            session.writer.submit(EpisodeRecord(
+                session.game, job.experiment, job.instance, interactions, scores,
+                preferred_name(job.instance["game_id"], job.group_index, branch_index), error, episode))
+        if session.progress is not None:
+            session.progress.update(1)
+        return episode

@@ -1,0 +1,157 @@
+"""A local Hugging Face causal LM as a rollout policy, and its stand-in clemcore Model.
+
+`LocalPolicy` wraps any causal LM + tokenizer (a plain model, a PeftModel, the model a TRL trainer is training).
+The engine generates for it in batches with its own KV-cached decoding loop (`playpen.rollout.generation`).
+Game masters never call a model themselves: they get a `PolicyModel`, a clemcore `Model` that names the policy
+(so records say who played) and that can still answer clemcore's `generate_response` when used outside the
+engine, e.g. in clemcore's own runners.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from clemcore import backends
+from clemcore.backends.utils import ensure_alternating_roles
+
+BACKEND_NAME = "playpen_local"
+
+
+class LocalPolicy:
+    """A causal LM and its tokenizer, ready for chat rollouts.
+
+    name: shown in records (`playpen-records/<name>/...`); defaults to the model folder's name.
+    chat_template_kwargs: extra variables for the chat template (e.g. {"enable_thinking": False} for Qwen3).
+    """
+
+    def __init__(self, model, tokenizer, *, name: str | None = None, chat_template_kwargs: dict | None = None):
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError("the tokenizer has no chat template; LocalPolicy needs one to render conversations")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name or _default_name(model)
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.stop_ids = _stop_ids(model, tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.stop_ids)
+        self._eos_texts = {tokenizer.convert_ids_to_tokens(i): i for i in self.stop_ids}
+
+    def __repr__(self):
+        return f"LocalPolicy({self.name!r})"
+
+    def __deepcopy__(self, memo):  # game states are deep-copied when branching; the model never is
+        return self
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+    @property
+    def max_positions(self) -> int | None:
+        config = getattr(self.model, "config", None)
+        config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        return getattr(config, "max_position_embeddings", None)
+
+    # ------------------------------------------------------------ chat rendering
+
+    def render(self, messages: list[dict], add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
+                                                  tokenize=False, **self.chat_template_kwargs)
+
+    def encode(self, text: str) -> list[int]:
+        # the template already holds any BOS token, exactly as clemcore's huggingface backend tokenizes
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def suffix_after_reply(self, messages: list[dict], next_message: dict | None, reply_ended_with_stop: bool) -> str:
+        """Template text that follows the last assistant reply: its end-of-turn marker, then (if given) the next
+        user message and the generation prompt. Found by rendering the conversation with a sentinel reply, so it
+        works for any template that renders earlier turns verbatim."""
+        sentinel = "\u2063PLAYPEN_REPLY\u2063"
+        probe = [*messages[:-1], {"role": "assistant", "content": sentinel}]
+        if next_message is not None:
+            probe.append(next_message)
+        text = self.render(probe, add_generation_prompt=next_message is not None)
+        at = text.rfind(sentinel)
+        if at < 0:
+            raise ValueError("the chat template does not render the assistant reply verbatim")
+        suffix = text[at + len(sentinel):]
+        if reply_ended_with_stop:
+            for eos_text in self._eos_texts:
+                if eos_text and suffix.startswith(eos_text):
+                    return suffix[len(eos_text):]
+        return suffix
+
+    # ------------------------------------------------------------ plain generation (outside the engine)
+
+    def generate_texts(self, conversations: list[list[dict]], max_new_tokens: int, temperature: float) -> list[str]:
+        from playpen.rollout.generation import Sequence, generate
+
+        seqs = [Sequence(self.encode(self.render(ensure_alternating_roles(m), True))) for m in conversations]
+        outs = generate(self, seqs, max_new_tokens=max_new_tokens, temperature=temperature, keep_cache=False)
+        return [clean_reply(self.decode(o.reply_ids)) for o in outs]
+
+
+def clean_reply(text: str) -> str:
+    """What the game master receives, as clemcore's huggingface backend would hand it over."""
+    return text.strip()
+
+
+def _default_name(model) -> str:
+    base = getattr(model, "base_model", None)
+    for candidate in (model, getattr(base, "model", None), base):
+        path = getattr(getattr(candidate, "config", None), "_name_or_path", "")
+        if path:
+            return Path(str(path)).name or "local-model"
+    return "local-model"
+
+
+def _stop_ids(model, tokenizer) -> list[int]:
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    config = getattr(model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif isinstance(eos, (list, tuple)):
+        ids.update(int(i) for i in eos)
+    if not ids:
+        raise ValueError("neither the tokenizer nor the generation config names an end-of-sequence token")
+    return sorted(ids)
+
+
+class PolicyModel(backends.BatchGenerativeModel):
+    """The clemcore Model a game master sees for a LocalPolicy seat. Deep copies share the policy."""
+
+    def __init__(self, policy: LocalPolicy, max_tokens: int, temperature: float):
+        spec = backends.ModelSpec(model_name=policy.name, backend=BACKEND_NAME)
+        super().__init__(spec)
+        self.policy = policy
+        self.set_gen_args(max_tokens=max_tokens, temperature=temperature)
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def generate_response(self, messages: list[dict]) -> tuple[Any, Any, str]:
+        return self.generate_batch_response([messages])[0]
+
+    def generate_batch_response(self, batch_messages: list[list[dict]]) -> list[tuple[Any, Any, str]]:
+        texts = self.policy.generate_texts(batch_messages, self.max_tokens, self.temperature)
+        return [({"inputs": m}, {"response": t}, t) for m, t in zip(batch_messages, texts)]
+
+
+def model_identifier(names: list[str]) -> str:
+    """clemcore's folder name for the players (Model.to_identifier): 'a', 'a--b', or a hashed group name."""
+    import hashlib
+
+    joined = "--".join(names)
+    if len(names) <= 2:
+        return _safe(joined)
+    return f"group-{len(names)}p-{hashlib.sha1(joined.encode()).hexdigest()[:8]}"
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", name).strip("._") or "model"

@@ -1,0 +1,31 @@
+"""Trainers: one readable module per method over shared builders.
+
+    from playpen.train import train
+    run = train("grpo", "configs/grpo/demo.yaml", ["trainer.max_steps=20"])   # -> RunDir
+
+`train` is what `playpen train` and SLURM jobs call, once per rank under torchrun (RANK/WORLD_SIZE/... set).
+Rerunning the same call resumes from the last checkpoint in the same run directory.
+
+Modules: `builders` (model, tokenizer, LoRA, quantization, DeepSpeed, TRL arguments), `runner` (the life cycle
+every method shares), `sft`, `dpo`, `grpo` (one recipe each), `checkpoints` (find, validate, resume state),
+`metrics` (metrics.jsonl, tensorboard, learning curve), `base` (BasePlaypenTrainer for `playpen run`).
+This file stays light: torch and TRL are imported only when training starts.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from playpen.storage import RunDir
+
+METHODS = {"sft": "playpen.train.sft", "dpo": "playpen.train.dpo", "grpo": "playpen.train.grpo"}
+
+
+def train(method: str, config: str | None = None, overrides: Iterable[str] = ()) -> "RunDir":
+    """Train with `method` (sft, dpo, grpo) from a YAML config plus key=value overrides; returns the run dir."""
+    from playpen.train.runner import run
+
+    return run(method, config, list(overrides))
+
+
+__all__ = ["METHODS", "train"]

@@ -1,0 +1,90 @@
+"""`playpen run FILE -l LEARNER [-t TEACHER]`: user-written trainers, as in upstream playpen.
+
+    from playpen.train.base import BasePlaypenTrainer
+
+    class MyTrainer(BasePlaypenTrainer):
+        def learn(self):
+            ...  # self.learner / self.teacher are clemcore Models (huggingface_local ones expose .model, .tokenizer)
+
+`playpen run my_trainer.py -l playpen-tiny -T 0.7 -L 64` loads the models from the registry (a remote teacher
+needs its key.json entry: checked before anything loads), takes the first BasePlaypenTrainer subclass defined in
+the file and calls `learn()`. Upstream-style `learn(self, game_registry)` gets a clemcore GameRegistry of every
+game playpen knows (built-in + ./game_registry.json).
+"""
+from __future__ import annotations
+
+import abc
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Any
+
+from playpen.errors import PlaypenError
+
+
+class BasePlaypenTrainer(abc.ABC):
+    """Constructor (learner, teacher=None); subclasses implement learn()."""
+
+    def __init__(self, learner: Any, teacher: Any = None):
+        self.learner = learner
+        self.teacher = teacher
+
+    def is_learner(self, player) -> bool:
+        return getattr(player, "model", None) is self.learner
+
+    def is_teacher(self, player) -> bool:
+        return self.teacher is not None and getattr(player, "model", None) is self.teacher
+
+    @abc.abstractmethod
+    def learn(self) -> None:
+        """Train self.learner (playing with self.teacher if given)."""
+
+
+BasePlayPen = BasePlaypenTrainer  # upstream's older name
+
+
+def find_trainer_class(file: str | Path) -> type[BasePlaypenTrainer]:
+    """The first BasePlaypenTrainer subclass defined in `file` (in the order the file defines them)."""
+    path = Path(file)
+    if not path.is_file():
+        raise PlaypenError(f"trainer file {file} not found")
+    name = f"playpen_user_trainer_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)  # errors in the user's file surface with their own traceback
+    for value in vars(module).values():
+        if (inspect.isclass(value) and issubclass(value, BasePlaypenTrainer) and value is not BasePlaypenTrainer
+                and value.__module__ == name and not inspect.isabstract(value)):
+            return value
+    raise PlaypenError(f"{file} defines no subclass of BasePlaypenTrainer with a learn() method "
+                       f"(from playpen.train.base import BasePlaypenTrainer)")
+
+
+def game_registry():
+    """A clemcore GameRegistry of every game playpen knows (for upstream-style learn(game_registry))."""
+    from clemcore.clemgame import GameRegistry
+    from clemcore.clemgame.registry import GameSpec
+    from playpen.registry import game_entries
+
+    specs = []
+    for entry in game_entries():
+        specs += [s for s in GameSpec.from_directory(str(entry.path)) if s["game_name"] == entry.name]
+    return GameRegistry(specs)
+
+
+def run_trainer(file: str | Path, learner: str, teacher: str | None = None, max_tokens: int = 300,
+                temperature: float = 0.0) -> BasePlaypenTrainer:
+    from playpen.train import builders
+
+    cls = find_trainer_class(file)
+    learner_spec = builders.resolve_player(learner, "learner")  # both checked (keys too) before loading either
+    teacher_spec = builders.resolve_player(teacher, "teacher")
+    learner_model = builders.load_clemcore_model(learner_spec, max_tokens, temperature)
+    teacher_model = builders.load_clemcore_model(teacher_spec, max_tokens, temperature) if teacher_spec else None
+    trainer = cls(learner_model, teacher_model)
+    params = [p for p in inspect.signature(trainer.learn).parameters.values()
+              if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    trainer.learn(game_registry()) if params else trainer.learn()
+    return trainer

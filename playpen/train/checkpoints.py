@@ -1,0 +1,151 @@
+"""Checkpoints and resume: find the last complete checkpoint, check it is readable, restore playpen's counters.
+
+The Trainer writes `checkpoints/checkpoint-<step>/` (model or adapter, optimizer, scheduler, RNG per rank,
+trainer_state.json). Once a checkpoint is complete, `ResumeState` adds `playpen_state.json` (step + playpen's
+own counters, e.g. episodes played): a folder without it was cut off while saving and is skipped with a message;
+a complete folder with an unreadable file stops the run with one line naming the file, never a silent restart.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import struct
+import zipfile
+from pathlib import Path
+from typing import Callable
+
+from playpen.errors import PlaypenError
+from playpen.storage import atomic_write_json, atomic_write_text, read_jsonl
+
+STATE_FILE = "playpen_state.json"
+CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+FULL_CHECK_BYTES = 1 << 30  # zip files above this get a structural check only (CRCs of 10s of GB take minutes)
+
+
+def checkpoints_in(folder: Path) -> list[tuple[int, Path]]:
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if p.is_dir() and (m := CHECKPOINT.match(p.name))]
+    return sorted(found)
+
+
+def _corrupt(path: Path, why: str, checkpoint: Path) -> PlaypenError:
+    return PlaypenError(f"checkpoint file {path} is corrupt ({why}); delete {checkpoint} to resume from the "
+                        f"checkpoint before it, or pass run_id=<new id> to start a fresh run")
+
+
+def _check_safetensors(path: Path) -> str | None:
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return "shorter than its header"
+        (length,) = struct.unpack("<Q", head)
+        if length > size:
+            return "header longer than the file"
+        try:
+            header = json.loads(f.read(length))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return "unreadable header"
+    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    return None if size == 8 + length + end else f"{size} bytes, header says {8 + length + end}"
+
+
+def _check_zip(path: Path) -> str | None:
+    try:
+        with zipfile.ZipFile(path) as z:
+            if path.stat().st_size <= FULL_CHECK_BYTES and (bad := z.testzip()) is not None:
+                return f"bad CRC in {bad}"
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        return f"not a complete torch archive: {e}"
+    return None
+
+
+def validate_checkpoint(checkpoint: Path) -> None:
+    """Every JSON parses, every safetensors file has its full length, every torch archive is intact."""
+    if not (checkpoint / "trainer_state.json").is_file():
+        raise _corrupt(checkpoint / "trainer_state.json", "missing", checkpoint)
+    for path in sorted(p for p in checkpoint.rglob("*") if p.is_file()):
+        why = None
+        if path.suffix == ".json":
+            try:
+                json.loads(path.read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                why = f"malformed JSON: {e}"
+        elif path.suffix == ".safetensors":
+            why = _check_safetensors(path)
+        elif path.suffix in (".pt", ".pth", ".bin"):
+            why = _check_zip(path)
+        if why:
+            raise _corrupt(path, why, checkpoint)
+
+
+def _log_rank0(message: str) -> None:
+    if os.environ.get("RANK", "0") == "0":
+        print(message, flush=True)
+
+
+def find_resume_checkpoint(folder: Path, log=_log_rank0) -> Path | None:
+    """The newest complete checkpoint (validated), or None for a fresh run."""
+    for _, path in reversed(checkpoints_in(folder)):
+        if not (path / STATE_FILE).is_file():
+            log(f"[playpen] skipping incomplete checkpoint {path} (no {STATE_FILE}: the job stopped while saving it)")
+            continue
+        validate_checkpoint(path)
+        return path
+    return None
+
+
+def remove_incomplete(folder: Path, keep: Path | None) -> None:
+    """Drop checkpoints newer than the one resumed from: they were cut off and are rewritten on replay."""
+    keep_step = int(CHECKPOINT.match(keep.name).group(1)) if keep else -1
+    for step, path in checkpoints_in(folder):
+        if step > keep_step:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def load_state(checkpoint: Path | None) -> dict:
+    if checkpoint is None:
+        return {"step": 0}
+    try:
+        return json.loads((checkpoint / STATE_FILE).read_text())
+    except (json.JSONDecodeError, OSError) as e:
+        raise _corrupt(checkpoint / STATE_FILE, str(e), checkpoint) from None
+
+
+def truncate_jsonl(path: Path, step: int) -> None:
+    """Keep rows up to `step`: the steps after the resumed checkpoint are logged again on replay."""
+    rows = read_jsonl(path)
+    kept = [r for r in rows if r.get("step", 0) <= step]
+    if len(kept) != len(rows):
+        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+
+
+def _make_resume_state_callback():
+    from transformers import TrainerCallback
+
+    class ResumeState(TrainerCallback):
+        """Marks a checkpoint complete by writing playpen_state.json (step + the counters `extra()` returns)."""
+
+        def __init__(self, extra: Callable[[], dict] = dict, step_offset: int = 0):
+            self.extra = extra
+            self.step_offset = step_offset
+
+        def on_save(self, args, state, control, **kwargs):
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                dist.barrier()  # every rank has written its shards
+            if state.is_world_process_zero:
+                checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                atomic_write_json(checkpoint / STATE_FILE,
+                                  {"step": state.global_step, "global_step": self.step_offset + state.global_step,
+                                   **self.extra()})
+
+    return ResumeState
+
+
+def resume_state_callback(extra: Callable[[], dict] = dict, step_offset: int = 0):
+    return _make_resume_state_callback()(extra, step_offset)

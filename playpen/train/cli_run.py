@@ -1,0 +1,19 @@
+"""`playpen run FILE -l LEARNER [-t TEACHER] [-L MAX_TOKENS] [-T TEMPERATURE]` (light at import)."""
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="a Python file defining a BasePlaypenTrainer subclass")
+    parser.add_argument("-l", "--learner", required=True, help="learner model name (`playpen list models`)")
+    parser.add_argument("-t", "--teacher", default=None, help="optional partner model name")
+    parser.add_argument("-L", "--max_tokens", type=int, default=300, help="token limit per reply (default 300)")
+    parser.add_argument("-T", "--temperature", type=float, default=0.0, help="sampling temperature (default 0.0)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from playpen.train.base import run_trainer
+
+    run_trainer(args.file, args.learner, args.teacher, args.max_tokens, args.temperature)
+    return 0

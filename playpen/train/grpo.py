@@ -1,0 +1,218 @@
+"""GRPO on games: the learner plays each training instance `group_size` times; reward = the episode's outcome.
+
+    playpen train grpo --config configs/grpo/demo.yaml [key=value ...]
+
+TRL's GRPOTrainer does the algorithm (group-normalised advantages, clipped policy loss, KL to the reference
+with beta; with LoRA the reference is the model with adapters off); playpen supplies `rollout_func`:
+the prompts TRL hands over (one per episode, each instance repeated group_size times in a row) are played as
+whole multi-turn games by `playpen.rollout.RolloutEngine`, and each episode comes back as one token sequence
+(prompt_ids + completion_ids) with `env_mask` = 0 on game-master and partner tokens, so only the learner's own
+tokens are trained. Reward per episode (Episode.reward): main score / 100, 0 for a loss, -1 for an abort.
+
+Self-play: without a teacher the learner plays every role. With `teacher:` a frozen partner plays the other
+roles: a local Hugging Face model, or a remote API model (its key.json entry is checked before training).
+Records of every step are written under <run>/playpen-records, tagged step_NNNNN (rewritten on replay).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from itertools import groupby
+
+from playpen.storage import atomic_write_json, read_jsonl
+from playpen.train import rollouts
+from playpen.train.runner import Recipe, Session
+
+
+@dataclass
+class Config(rollouts.GameConfig):
+    """All keys come from GameConfig and TrainConfig; `trainer:` takes trl.GRPOConfig keys."""
+
+
+def instance_key(index: int, experiment, instance) -> str:
+    name = experiment.get("name", "") if isinstance(experiment, dict) else str(experiment)
+    return f"{index}|{name}/{instance.get('game_id', index)}"
+
+
+class GameRollouts:
+    """TRL's rollout_func and reward function for one game; keeps the counters saved with checkpoints."""
+
+    def __init__(self, session: Session, instances: list, teacher):
+        self.session, self.cfg, self.instances, self.teacher = session, session.cfg, instances, teacher
+        self.counters = {k: session.state.get(k, 0) for k in ("episodes", "rollouts")}
+        self.timing = {"rollout_seconds": 0.0}
+
+    def state(self) -> dict:
+        return dict(self.counters)
+
+    def rollout(self, prompts: list[str], trainer) -> dict:
+        from playpen.rollout import LocalPolicy, RolloutEngine
+        from trl.models import unwrap_model_for_generation
+
+        started = time.perf_counter()
+        cfg, session = self.cfg, self.session
+        indices = [int(p.split("|", 1)[0]) for p in prompts]
+        runs = [(i, len(list(g))) for i, g in groupby(indices)]
+        sizes = {n for _, n in runs}
+        if len(sizes) == 1:  # the usual case: whole groups on this process
+            chosen, group = [self.instances[i] for i, _ in runs], sizes.pop()
+        else:  # a group split across processes: one episode per prompt
+            chosen, group = [self.instances[i] for i in indices], 1
+        tag = rollouts.records_tag("step", trainer.state.global_step, session.rank, session.world_size)
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
+                                         gather_deepspeed3_params=trainer.args.ds3_gather_for_generation) as model:
+            was_training = model.training
+            policy = LocalPolicy(model, session.tokenizer, name=cfg.model.replace("/", "_"))
+            engine = RolloutEngine(learner=policy, teacher=self.teacher, max_new_tokens=cfg.max_new_tokens,
+                                   temperature=cfg.temperature, batch_size=cfg.rollout_batch_size)
+            episodes = engine.play(cfg.game, instances=chosen, group_size=group, records_dir=session.run.records,
+                                   records_tag=tag)
+            model.train(was_training)
+        if len(episodes) != len(prompts):
+            raise RuntimeError(f"rollout engine returned {len(episodes)} episodes for {len(prompts)} prompts")
+        self.counters["episodes"] += len(episodes) * session.world_size
+        self.counters["rollouts"] += 1
+        self.timing["rollout_seconds"] += time.perf_counter() - started
+        return {
+            "prompt_ids": [list(e.prompt_ids) for e in episodes],
+            "completion_ids": [list(e.completion_ids) for e in episodes],
+            "logprobs": [list(e.logprobs) if e.logprobs is not None else [0.0] * len(e.completion_ids)
+                         for e in episodes],
+            "env_mask": [list(e.env_mask) for e in episodes],
+            "episode": [{"reward": float(e.reward), "score": rollouts.main_score(e), "aborted": bool(e.aborted),
+                         "success": bool(e.success), "turns": int(e.num_turns)} for e in episodes],
+        }
+
+    @staticmethod
+    def episode_reward(prompts, completions, episode, log_metric=None, **kwargs) -> list[float]:
+        """The reward TRL normalises per group; also logs episode statistics (averaged over all processes)."""
+        if log_metric is not None:
+            for e in episode:
+                log_metric("episode_score", e["score"])
+                log_metric("aborted_pct", 100.0 * e["aborted"])
+                log_metric("success_rate", float(e["success"]))
+                log_metric("turns", float(e["turns"]))
+        return [e["reward"] for e in episode]
+
+
+def _validation_callback(session: Session, metrics, val_instances: list, teacher):
+    """Plays held-out validation instances (greedy by default) at the start, every N steps and at the end."""
+    from transformers import TrainerCallback
+
+    cfg = session.cfg
+    done = {r["step"] for r in read_jsonl(session.run.metrics) if "val/reward" in r}
+
+    class Validation(TrainerCallback):
+        def __init__(self):
+            self.trainer = None
+            self.results: dict[int, dict] = {}
+
+        def validate(self, step: int) -> None:
+            import torch.distributed as dist
+            from playpen.rollout import LocalPolicy
+            from trl.models import unwrap_model_for_generation
+
+            if step in done:
+                return
+            done.add(step)
+            shard = val_instances[session.rank::session.world_size]
+            trainer = self.trainer
+            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
+                                             gather_deepspeed3_params=trainer.args.ds3_gather_for_generation) as m:
+                was_training = m.training
+                m.eval()
+                policy = LocalPolicy(m, session.tokenizer, name=cfg.model.replace("/", "_"))
+                tag = rollouts.records_tag("validation", step, session.rank, session.world_size)
+                stats = rollouts.play_validation(policy, cfg, shard, teacher, session.run.records, tag) \
+                    if shard else {}
+                m.train(was_training)
+            parts = [(stats, len(shard))]
+            if dist.is_available() and dist.is_initialized():
+                parts = [None] * session.world_size
+                dist.all_gather_object(parts, (stats, len(shard)))
+            total = sum(n for _, n in parts)
+            merged = {f"val/{k}": sum(s[k] * n for s, n in parts if n) / total for k in parts[0][0]}
+            self.results[step] = merged
+            metrics.log_row(step, merged)
+            session.log(f"[playpen] validation at step {step}: reward {merged['val/reward']:.3f}, "
+                        f"score {merged['val/episode_score']:.1f}, aborted {merged['val/aborted_pct']:.0f}%")
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.validate(state.global_step) if state.global_step == 0 else None
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if cfg.validation_every and state.global_step % cfg.validation_every == 0:
+                self.validate(state.global_step)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.validate(state.global_step)
+
+    return Validation()
+
+
+def report_validation(session: Session) -> dict:
+    """validation.json in the run dir and one line: validation reward and score, first vs last."""
+    rows = {r["step"]: r for r in read_jsonl(session.run.metrics) if "val/reward" in r}
+    if not rows:
+        return {}
+    results = {str(s): {k: v for k, v in rows[s].items() if k.startswith("val/")} for s in sorted(rows)}
+    atomic_write_json(session.run.path / "validation.json", results)
+    first, last = results[min(results, key=int)], results[max(results, key=int)]
+    print(f"[playpen] validation (held-out): reward {first['val/reward']:.3f} -> {last['val/reward']:.3f}, "
+          f"score {first['val/episode_score']:.1f} -> {last['val/episode_score']:.1f} "
+          f"(steps {min(rows)} -> {max(rows)})")
+    return results
+
+
+class GRPO(Recipe):
+    name = "grpo"
+    Config = Config
+    trl_config = "GRPOConfig"
+
+    def check(self, cfg: Config, where: str) -> None:
+        rollouts.check_game(cfg, where)
+
+    def trainer_defaults(self, cfg: Config) -> dict:
+        return {"per_device_train_batch_size": cfg.group_size, "beta": 0.04, "learning_rate": 1e-5,
+                "max_completion_length": cfg.max_new_tokens, "log_completions": False,
+                "mask_truncated_completions": False}
+
+    def forced(self, cfg: Config) -> dict:
+        # TRL rescales logits by its temperature when scoring; it must be the temperature the episodes were
+        # sampled with. The group size is TRL's num_generations.
+        return {"num_generations": cfg.group_size, "temperature": cfg.temperature}
+
+    def fit(self, session: Session):
+        from datasets import Dataset
+        from trl import GRPOTrainer
+
+        cfg = session.cfg
+        if session.is_main:  # rollouts after the resumed checkpoint are replayed: their records go first
+            step = session.state["step"]
+            rollouts.clear_records(session.run.records, lambda prefix, n: (prefix == "step" and n >= step) or
+                                   (prefix == "validation" and n > step))
+        session.barrier()
+        instances = rollouts.select_instances(cfg, cfg.split, cfg.instances)
+        teacher = rollouts.load_teacher(cfg)
+        game = GameRollouts(session, instances, teacher)
+        dataset = Dataset.from_list([{"prompt": instance_key(i, exp, inst)} for i, (exp, inst) in enumerate(instances)])
+        callbacks = session.callbacks(extra_state=game.state, resumed_step=session.state["step"])
+        validation = None
+        if cfg.validation_instances:
+            val_instances = rollouts.select_instances(cfg, "validation", cfg.validation_instances)
+            validation = _validation_callback(session, callbacks[0], val_instances, teacher)
+            callbacks.insert(0, validation)  # its end-of-training row lands before metrics closes tensorboard
+        trainer = GRPOTrainer(model=session.model, reward_funcs=[GameRollouts.episode_reward], args=session.args,
+                              train_dataset=dataset, processing_class=session.tokenizer,
+                              peft_config=session.peft_config, rollout_func=game.rollout, callbacks=callbacks)
+        if validation is not None:
+            validation.trainer = trainer
+        trainer.train(resume_from_checkpoint=str(session.resume) if session.resume else None)
+        if validation is not None and session.is_main:
+            report_validation(session)
+        session.log(f"[playpen] {game.counters['episodes']} episodes played; rollouts took "
+                    f"{game.timing['rollout_seconds']:.1f} s on this process")
+        return trainer
+
+
+RECIPE = GRPO()

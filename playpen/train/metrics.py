@@ -1,0 +1,139 @@
+"""Metrics: every Trainer log row goes to `<run>/metrics.jsonl` and tensorboard (`<run>/logs`); at the end a PNG
+learning curve (reward and episode score per step; loss; KL) is drawn from metrics.jsonl.
+
+Rows: {"step", "time", "loss", "reward", "reward_std", "kl", "episode_score", "aborted_pct", "success_rate",
+"tokens_per_second", ...} (whatever the method logs; numbers only). On resume the rows after the checkpoint are
+dropped first (`checkpoints.truncate_jsonl`) and tensorboard purges them (purge_step), so nothing is doubled.
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+from playpen.storage import append_jsonl, read_jsonl
+
+CURVE_FILE = "learning_curve.png"
+
+
+def _make_callback():
+    from transformers import TrainerCallback
+
+    class MetricsCallback(TrainerCallback):
+        def __init__(self, metrics_file: Path, logs_dir: Path, resumed_step: int = 0, step_offset: int = 0):
+            self.metrics_file, self.logs_dir = Path(metrics_file), Path(logs_dir)
+            self.resumed_step, self.step_offset = resumed_step, step_offset
+            self.writer = None
+            self.last_tokens: tuple[float, float] | None = None
+
+        def _open(self):
+            if self.writer is None:
+                from torch.utils.tensorboard import SummaryWriter
+
+                purge = self.step_offset + self.resumed_step + 1 if self.resumed_step else None
+                self.writer = SummaryWriter(log_dir=str(self.logs_dir), purge_step=purge)
+            return self.writer
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                self._open()
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not state.is_world_process_zero or not logs:
+                return
+            step = self.step_offset + state.global_step
+            row = {"step": step, "time": round(time.time(), 3)}
+            for key, value in logs.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                    row[key] = value
+            tokens = logs.get("num_tokens")
+            if isinstance(tokens, (int, float)):
+                now = time.perf_counter()
+                if self.last_tokens and now > self.last_tokens[1] and tokens > self.last_tokens[0]:
+                    row["tokens_per_second"] = round((tokens - self.last_tokens[0]) / (now - self.last_tokens[1]), 1)
+                self.last_tokens = (tokens, now)
+            append_jsonl(self.metrics_file, row)
+            if self.writer is not None:
+                for key, value in row.items():
+                    if key not in ("step", "time"):
+                        self.writer.add_scalar(key, value, step)
+                self.writer.flush()
+
+        def log_row(self, step: int, values: dict) -> None:
+            """A row that does not come from the Trainer's log (validation); the caller is rank 0's callback."""
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
+                return
+            append_jsonl(self.metrics_file, {"step": step, "time": round(time.time(), 3), **values})
+            writer = self._open()
+            for key, value in values.items():
+                writer.add_scalar(key, value, step)
+            writer.flush()
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.writer is not None:
+                self.writer.close()
+                self.writer = None
+
+    return MetricsCallback
+
+
+def metrics_callback(metrics_file: Path, logs_dir: Path, resumed_step: int = 0, step_offset: int = 0):
+    return _make_callback()(metrics_file, logs_dir, resumed_step, step_offset)
+
+
+def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
+    points = [(r["step"], r[key]) for r in rows if key in r and "train_runtime" not in r]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def plot_curve(metrics_file: Path, out: Path, title: str = "") -> Path | None:
+    """Reward (± std) and episode score per step, then loss, then KL or DPO margins; returns the PNG path."""
+    rows = read_jsonl(metrics_file)
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    has_reward = any("reward" in r for r in rows)
+    panels = (["reward"] if has_reward else []) + ["loss"]
+    third = next((k for k in ("kl", "rewards/margins") if any(k in r for r in rows)), None)
+    panels += [third] if third else []
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.8 * len(panels)), sharex=True, squeeze=False)
+    for ax, panel in zip(axes[:, 0], panels):
+        if panel == "reward":
+            steps, reward = _series(rows, "reward")
+            ax.plot(steps, reward, color="tab:blue", marker=".", label="reward (train, mean)")
+            _, std = _series([r for r in rows if "reward" in r], "reward_std")
+            if len(std) == len(reward):
+                ax.fill_between(steps, [m - s for m, s in zip(reward, std)], [m + s for m, s in zip(reward, std)],
+                                color="tab:blue", alpha=0.15)
+            val_steps, val = _series(rows, "val/reward")
+            if val:
+                ax.plot(val_steps, val, color="tab:green", marker="o", linestyle="--", label="reward (validation)")
+            ax.set_ylabel("reward")
+            ax.legend(loc="upper left", fontsize=8)
+            score_steps, score = _series(rows, "episode_score")
+            if score:
+                right = ax.twinx()
+                right.plot(score_steps, score, color="tab:orange", marker=".", alpha=0.8, label="episode score")
+                right.set_ylabel("episode score (0-100)")
+                right.legend(loc="lower right", fontsize=8)
+        else:
+            steps, values = _series(rows, panel)
+            ax.plot(steps, values, marker=".", color="tab:red" if panel == "loss" else "tab:purple")
+            ax.set_ylabel(panel)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("step")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(out)
+    return out

@@ -1,0 +1,148 @@
+"""What GRPO and DPO share about playing games: config keys, checks, the teacher, episode statistics.
+
+The trainers only call `playpen.rollout` (RolloutEngine, LocalPolicy, load_instances, preference_pairs); the
+rollout package knows nothing of TRL.
+"""
+from __future__ import annotations
+
+import math
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from playpen.errors import PlaypenError
+from playpen.train import builders
+from playpen.train.runner import TrainConfig
+
+
+@dataclass
+class GameConfig(TrainConfig):
+    """Keys of the methods that learn from game play."""
+
+    game: str | None = None              # built-in or registered game (`playpen list games`)
+    split: str = "train"                 # instances to learn from; validation is held out
+    instances: int | None = None         # use N instances (shuffled with seed); null = all of the split
+    group_size: int = 8                  # episodes per instance (GRPO group / DPO branching pool)
+    teacher: str | None = None           # frozen partner (registry name: local HF or remote API + key.json)
+    self_play: bool = True               # without a teacher the learner plays every role
+    max_new_tokens: int = 64             # per turn
+    temperature: float = 1.0             # sampling temperature of the learner
+    rollout_batch_size: int = 64         # sequences generated together
+    validation_instances: int = 0        # >0: play N validation instances at start, every validation_every, end
+    validation_every: int = 0            # steps between validations (0: start and end only)
+    validation_temperature: float = 0.0  # greedy by default, as clemscore evaluation plays
+
+
+def check_game(cfg: GameConfig, where: str) -> dict:
+    """The game exists, has instances, and has a partner for every role; the teacher's key is present."""
+    from playpen.registry import resolve_game
+
+    if not cfg.game:
+        raise PlaypenError(f"{where}: game is required (e.g. game: wordle; see `playpen list games`)")
+    entry = resolve_game(cfg.game)
+    players = int(entry.spec.get("players", 1) or 1)
+    if cfg.group_size < 1:
+        raise PlaypenError(f"{where}: group_size must be >= 1, got {cfg.group_size}")
+    if players > 1 and not cfg.teacher and not cfg.self_play:
+        roles = ", ".join(entry.spec.get("roles", [])) or f"{players} roles"
+        raise PlaypenError(f"{where}: game {cfg.game} has {players} players ({roles}) and self_play is off: "
+                           f"it needs a teacher (teacher=<model>, see `playpen list models`)")
+    if cfg.teacher and players == 1:
+        raise PlaypenError(f"{where}: game {cfg.game} has a single player; a teacher has no role in it "
+                           f"(remove teacher)")
+    builders.resolve_teacher(cfg.teacher)  # unknown name or missing key.json entry: one line, now
+    return entry.spec
+
+
+def load_teacher(cfg: GameConfig):
+    """LocalPolicy for a local Hugging Face teacher (frozen, eval mode); a clemcore Model for remote ones."""
+    spec = builders.resolve_teacher(cfg.teacher)
+    if spec is None:
+        return None
+    if spec.get("backend") == "huggingface_local":
+        import torch
+        from playpen.rollout import LocalPolicy
+
+        model_config = spec.get("model_config", {})
+        quantization = "4bit" if model_config.get("load_in_4bit") else "8bit" if model_config.get("load_in_8bit") \
+            else None
+        dtype = torch.bfloat16 if builders.has_cuda() else torch.float32
+        model = builders.load_model(spec["huggingface_id"], quantization, dtype,
+                                    peft_model=model_config.get("peft_model"), trainable=False)
+        model.requires_grad_(False)
+        model.eval()
+        if builders.has_cuda() and not quantization:
+            model.to(f"cuda:{builders.dist_info()[2]}")
+        return LocalPolicy(model, builders.load_tokenizer(spec["huggingface_id"]), name=spec["model_name"])
+    return builders.load_clemcore_model(spec, cfg.max_new_tokens, 0.0)
+
+
+def select_instances(cfg: GameConfig, split: str, limit: int | None):
+    from playpen.rollout import load_instances
+
+    try:
+        instances = load_instances(cfg.game, split=split, limit=limit, seed=cfg.seed)
+    except PlaypenError:
+        raise
+    except (KeyError, ValueError, FileNotFoundError) as e:
+        raise PlaypenError(f"game {cfg.game}: cannot load {split} instances ({e})") from None
+    if not instances:
+        raise PlaypenError(f"game {cfg.game} has no {split} instances")
+    return instances
+
+
+def main_score(episode) -> float:
+    """The episode's main score 0-100; aborted (NaN) and missing count as 0."""
+    scores = episode.episode_scores or {}
+    value = scores.get("Main Score", scores.get("main_score"))
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return 0.0 if math.isnan(value) else value
+
+
+def episode_stats(episodes) -> dict:
+    """Means over episodes: reward, episode_score, aborted_pct, success_rate, turns."""
+    n = max(len(episodes), 1)
+    return {
+        "reward": sum(e.reward for e in episodes) / n,
+        "episode_score": sum(main_score(e) for e in episodes) / n,
+        "aborted_pct": 100.0 * sum(bool(e.aborted) for e in episodes) / n,
+        "success_rate": sum(bool(e.success) for e in episodes) / n,
+        "turns": sum(e.num_turns for e in episodes) / n,
+    }
+
+
+def records_tag(prefix: str, step: int, rank: int, world: int) -> str:
+    return f"{prefix}_{step:05d}" + (f"-rank{rank}" if world > 1 else "")
+
+
+def play_validation(policy, cfg: GameConfig, instances, teacher, records_dir: Path, tag: str) -> dict:
+    from playpen.rollout import RolloutEngine
+
+    engine = RolloutEngine(learner=policy, teacher=teacher, max_new_tokens=cfg.max_new_tokens,
+                           temperature=cfg.validation_temperature, batch_size=cfg.rollout_batch_size)
+    episodes = engine.play(cfg.game, instances=instances, group_size=1, records_dir=records_dir, records_tag=tag)
+    return episode_stats(episodes)
+
+
+TAG = re.compile(r"^(?P<prefix>[a-z]+)_(?P<step>\d+)(?:-rank\d+)?$")
+
+
+def clear_records(records_dir: Path, drop) -> list[Path]:
+    """Delete tag folders <records>/<models>/<prefix>_<step>[-rankR] for which drop(prefix, step) is true: the
+    records of steps that are replayed after a resume are written again, never twice."""
+    removed = []
+    if not records_dir.is_dir():
+        return removed
+    for models_dir in records_dir.iterdir():
+        if not models_dir.is_dir():
+            continue
+        for tag_dir in models_dir.iterdir():
+            match = TAG.match(tag_dir.name)
+            if tag_dir.is_dir() and match and drop(match["prefix"], int(match["step"])):
+                shutil.rmtree(tag_dir, ignore_errors=True)
+                removed.append(tag_dir)
+    return removed

@@ -1,0 +1,66 @@
+"""SFT: supervised fine-tuning on game transcripts, full weights or LoRA/QLoRA, loss on assistant turns only.
+
+    playpen train sft --config configs/sft/tiny_lora.yaml [key=value ...]
+
+Data: a jsonl file made by `playpen data RESULTS_DIR -o sft.jsonl` (rows {"messages": [...], "meta": {...}}).
+The chat template marks assistant tokens ({% generation %}; TRL swaps in a marked copy of known templates), so
+only what the player said is learned, never the game master's prompts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from playpen.train import builders
+from playpen.train.runner import Recipe, Session, TrainConfig
+
+
+@dataclass
+class Config(TrainConfig):
+    data: str = ""                      # jsonl with {"messages": [...]} rows (from `playpen data`)
+    eval_data: str | None = None        # optional jsonl in the same format, evaluated every trainer.eval_steps
+    max_rows: int | None = None         # use only the first N rows
+
+
+def _row_problem(row: dict) -> str | None:
+    return builders.check_messages(row.get("messages"))
+
+
+def _dataset(path: str, where: str, key: str, limit: int | None):
+    from datasets import Dataset
+
+    rows = builders.read_jsonl_rows(path, where, key, _row_problem, limit)
+    return Dataset.from_list([{"messages": r["messages"]} for r in rows])
+
+
+class SFT(Recipe):
+    name = "sft"
+    Config = Config
+    trl_config = "SFTConfig"
+
+    def check(self, cfg: Config, where: str) -> None:
+        builders.read_jsonl_rows(cfg.data, where, "data", _row_problem, limit=cfg.max_rows)
+        if cfg.eval_data:
+            builders.read_jsonl_rows(cfg.eval_data, where, "eval_data", _row_problem)
+
+    def trainer_defaults(self, cfg: Config) -> dict:
+        return {"assistant_only_loss": True, "max_length": 1024, "packing": False,
+                "eval_strategy": "steps" if cfg.eval_data else "no"}
+
+    def fit(self, session: Session):
+        from trl import SFTTrainer
+
+        cfg = session.cfg
+        trainer = SFTTrainer(
+            model=session.model,
+            args=session.args,
+            train_dataset=_dataset(cfg.data, session.where, "data", cfg.max_rows),
+            eval_dataset=_dataset(cfg.eval_data, session.where, "eval_data", None) if cfg.eval_data else None,
+            processing_class=session.tokenizer,
+            peft_config=session.peft_config,
+            callbacks=session.callbacks(resumed_step=session.state["step"]),
+        )
+        trainer.train(resume_from_checkpoint=str(session.resume) if session.resume else None)
+        return trainer
+
+
+RECIPE = SFT()

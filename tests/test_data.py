@@ -1,0 +1,144 @@
+"""`playpen data`: interactions.json trees (clemcore 3.x results, playpen-records, published clembench v2.0 runs)
+to conversational jsonl rows, per model player, with filters; corrupt files are reported and skipped."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from clemcore.backends import ModelSpec
+from clemcore.clemgame import (ExperimentFileSaver, GameBenchmarkCallbackList, InstanceFileSaver,
+                               InteractionsFileSaver, ResultsFolder)
+from clemcore.clemgame.runners import sequential
+
+from playpen import games
+from playpen.cli import main as cli
+from playpen.data import convert, episode_rows
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "clembench-runs-sample"
+LLAMA = "Llama-3.3-70B-Instruct-t0.0--Llama-3.3-70B-Instruct-t0.0"
+
+
+def read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def assert_alternating(messages: list[dict]):
+    assert [m["role"] for m in messages] == ["user", "assistant"] * (len(messages) // 2)
+    assert all(isinstance(m["content"], str) and m["content"] for m in messages)
+
+
+@pytest.fixture(scope="module")
+def clem_results(tmp_path_factory) -> Path:
+    """Real clemcore 3.7 results, written the way `clem run` + `clem score` write them, by the built-in games'
+    experts under a model name (so they count as model players)."""
+    root = tmp_path_factory.mktemp("results")
+    for game in ("taboo", "wordle"):
+        model = games.expert_model(skill=0.7, seed=3)
+        model.model_spec = ModelSpec(model_name="expert-llm")
+        folder = ResultsFolder(root, run_dir="expert-llm")
+        callbacks = GameBenchmarkCallbackList([InstanceFileSaver(folder), ExperimentFileSaver(folder),
+                                               InteractionsFileSaver(folder)])
+        instances = games.load_instances(game, "validation").filter(lambda row: row["game_instance"]["game_id"] < 4)
+        benchmark = games.load_benchmark(game)
+        sequential.run(benchmark, instances, [model], callbacks=callbacks)
+        benchmark.compute_scores(sorted((root / "expert-llm" / game).rglob("interactions.json")))
+    return root
+
+
+def test_clembench_v2_runs_outcomes_and_both_perspectives(tmp_path):
+    stats = convert(FIXTURES, tmp_path / "d.jsonl")
+    rows = read(tmp_path / "d.jsonl")
+    assert stats.files == 4 and stats.episodes == 4 and not stats.skipped and stats.rows == len(rows) == 6
+    by_key = {(r["meta"]["game"], r["meta"]["task_id"], r["meta"]["player_name"]): r for r in rows}
+    describer, guesser = by_key[("taboo", 14, "Player 1")], by_key[("taboo", 14, "Player 2")]
+    assert describer["meta"] == {**describer["meta"], "experiment": "high_en", "game_role": "WordDescriber",
+                                 "model": "Llama-3.3-70B-Instruct", "outcome": "success"}
+    assert guesser["meta"]["game_role"] == "WordGuesser" and guesser["meta"]["outcome"] == "success"
+    assert len(describer["messages"]) == len(guesser["messages"]) == 6  # success at turn 3: three exchanges each
+    assert describer["messages"][1]["content"].startswith("CLUE:")
+    assert guesser["messages"][-1]["content"] == "GUESS: Council"
+    assert by_key[("wordle", 3, "Player 1")]["meta"]["outcome"] == "aborted"
+    lost = by_key[("wordle", 0, "Player 1")]
+    assert lost["meta"]["outcome"] == "lose" and lost["meta"]["main_score"] == 0.0
+    assert lost["meta"]["experiment"] == "medium_frequency_words_no_clue_no_critic"
+    assert ("wordle", 3, "Player 2") not in by_key  # the programmatic evaluator is no learner
+    for row in rows:
+        assert_alternating(row["messages"])
+
+
+def test_filters_on_game_outcome_and_model(tmp_path):
+    out = tmp_path / "d.jsonl"
+    assert convert(FIXTURES, out, outcome="success").rows == 4
+    assert {r["meta"]["game"] for r in read(out)} == {"taboo"}
+    assert convert(FIXTURES, out, game="wordle").rows == 2
+    stats = convert(FIXTURES, out, model="Qwen2.5-72B-Instruct")
+    assert stats.rows == 2 and stats.filtered == 4
+    assert {r["meta"]["task_id"] for r in read(out)} == {11}
+    assert convert(FIXTURES, out, game="wordle", outcome="failure").rows == 1  # alias of "lose"
+
+
+def test_clemcore_results_layout_with_meta_and_scores(clem_results, tmp_path):
+    stats = convert(clem_results, tmp_path / "d.jsonl")
+    rows = read(tmp_path / "d.jsonl")
+    assert not stats.skipped and stats.episodes == 8
+    taboo = [r for r in rows if r["meta"]["game"] == "taboo"]
+    assert {r["meta"]["player_name"] for r in taboo} == {"Player 1", "Player 2"}
+    assert {r["meta"]["game_role"] for r in taboo} == {"Describer", "Guesser"}
+    for row in rows:
+        assert_alternating(row["messages"])
+        meta = row["meta"]
+        assert meta["model"] == "expert-llm" and meta["outcome"] in ("success", "lose")
+        scores = json.loads((Path(meta["source"]).parent / "scores.json").read_text())["episode scores"]
+        assert meta["outcome"] == ("success" if scores["Success"] else "lose")
+        assert meta["task_id"] == json.loads((Path(meta["source"]).parent / "instance.json").read_text())["game_id"]
+
+
+def test_playpen_records_convert(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from playpen.models.tiny import ensure_tiny_model
+    from playpen.rollout import LocalPolicy, RolloutEngine, load_instances
+
+    path = ensure_tiny_model()
+    policy = LocalPolicy(AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path),
+                         name="playpen-tiny")
+    episodes = RolloutEngine(policy, max_new_tokens=8, temperature=0.0, progress=False).play(
+        "taboo", load_instances("taboo", "validation", limit=2), records_dir=tmp_path / "rec", records_tag="step_1")
+    convert(tmp_path / "rec", tmp_path / "d.jsonl", model="playpen-tiny")
+    rows = read(tmp_path / "d.jsonl")
+    replied = sum(1 for e in episodes for t in e.traces if t.learner_turns)
+    assert len(rows) == replied
+    for row, episode in zip(rows, episodes):
+        assert row["meta"]["experiment"] == episode.experiment and row["meta"]["task_id"] == episode.game_id
+        assert row["meta"]["outcome"] == ("aborted" if episode.aborted else "success" if episode.success else "lose")
+
+
+def test_corrupt_and_partial_files_are_reported_and_skipped(tmp_path):
+    root = tmp_path / "runs"
+    shutil.copytree(FIXTURES / LLAMA, root / LLAMA)
+    bad = root / "m" / "taboo" / "0_x"
+    for name, text in {"episode_0": '{"players": {"Player 1": "A, m"}, "turns": [[{"from"',
+                       "episode_1": "", "episode_2": '{"results": 1}',
+                       "episode_3": json.dumps({"meta": {"completed": None}, "players": {}, "turns": []})}.items():
+        (bad / name).mkdir(parents=True)
+        (bad / name / "interactions.json").write_text(text)
+    stats = convert(root, tmp_path / "d.jsonl")
+    assert stats.episodes == 3 and stats.rows == 4 and len(stats.skipped) == 4
+    reasons = dict((Path(p).parent.name, r) for p, r in stats.skipped)
+    assert "not valid JSON" in reasons["episode_0"] and "not valid JSON" in reasons["episode_1"]
+    assert "not an interactions record" in reasons["episode_2"] and "partial record" in reasons["episode_3"]
+    with pytest.raises(ValueError, match="truncated or corrupt"):
+        episode_rows(bad / "episode_0" / "interactions.json")
+
+
+def test_cli(tmp_path, capsys):
+    out = tmp_path / "d.jsonl"
+    assert cli(["data", str(FIXTURES), "-o", str(out), "--outcome", "success", "--game", "taboo"]) == 0
+    assert len(read(out)) == 4 and "4 rows from 4 episodes" in capsys.readouterr().out
+    assert cli(["data", str(tmp_path / "missing"), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("playpen: error:") and err.count("\n") == 1
+    assert cli(["data", str(FIXTURES), "-o", str(out), "--outcome", "great"]) == 2
+    assert "unknown outcome 'great'" in capsys.readouterr().err
