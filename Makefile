@@ -27,6 +27,7 @@ test: setup  ## the whole suite, SLURM tests included (they start the dev cluste
 
 demo: setup  ## GRPO+LoRA self-play on playpen-tiny through the same submit path a cluster user takes
 	$(PY) -m playpen.submit grpo --config configs/grpo/demo.yaml --executor local --wait
+	$(PY) -m playpen.demo --config configs/grpo/demo.yaml
 
 bench: setup  ## benchmarks; results are written to bench/results/*.md
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

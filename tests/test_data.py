@@ -110,9 +110,13 @@ def test_playpen_records_convert(tmp_path):
     rows = read(tmp_path / "d.jsonl")
     replied = sum(1 for e in episodes for t in e.traces if t.learner_turns)
     assert len(rows) == replied
-    for row, episode in zip(rows, episodes):
-        assert row["meta"]["experiment"] == episode.experiment and row["meta"]["task_id"] == episode.game_id
+    by_id = {(e.experiment, e.game_id): e for e in episodes}
+    for row in rows:
+        episode = by_id[(row["meta"]["experiment"], row["meta"]["task_id"])]
         assert row["meta"]["outcome"] == ("aborted" if episode.aborted else "success" if episode.success else "lose")
+        trace = next(t for t in episode.traces if t.player == row["meta"]["player_name"])
+        assert row["meta"]["game_role"] == trace.role
+        assert [m["content"] for m in row["messages"]] == [m["content"].strip() for m in trace.messages]
 
 
 def test_corrupt_and_partial_files_are_reported_and_skipped(tmp_path):

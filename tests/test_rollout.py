@@ -67,18 +67,18 @@ def test_batched_cached_waves_sample_with_exact_logprobs(tiny, monkeypatch):
     """Ragged rows, several turns, rows finishing at different steps (compaction), a shared prompt prefix encoded
     once, fresh prompts joining running rows (encoded apart first): every sampled token's logprob equals a plain
     full forward over the final sequence, so cache reuse changes nothing."""
-    from playpen.rollout import generation
+    from playpen.rollout import kvcache
 
     model, tokenizer = tiny
     policy = LocalPolicy(model, tokenizer, name="t")
     policy.stop_ids = sorted(set(policy.stop_ids) | set(tokenizer.encode("S E")))  # rows stop at varied steps
     prefilled, shared = [], []
-    prefill, share = generation._prefill_long_rows, generation._share_prefix
-    monkeypatch.setattr(generation, "_prefill_long_rows", lambda *a: prefilled.append(prefill(*a)))
-    monkeypatch.setattr(generation, "_share_prefix", lambda *a: shared.append(share(*a)))
+    prefill, share = kvcache.prefill_long_rows, kvcache.share_prefix
+    monkeypatch.setattr(kvcache, "prefill_long_rows", lambda *a: prefilled.append(prefill(*a)))
+    monkeypatch.setattr(kvcache, "share_prefix", lambda *a: shared.append(share(*a)))
 
-    def fresh(i, repeat=1):
-        text = "We play wordle now, you guess. " * (1 + i % 4) if repeat == 1 else f"Game {i}: " * repeat * (1 + i % 4)
+    def fresh(i, joining=False):  # first prompts share an opening; joining ones do not
+        text = (f"Game {i}: " * 8 if joining else "We play wordle now, you guess. ") * (1 + i % 4)
         return Sequence(policy.encode(policy.render([{"role": "user", "content": text}], True)))
 
     seqs = [fresh(i) for i in range(8)]
@@ -95,7 +95,7 @@ def test_batched_cached_waves_sample_with_exact_logprobs(tiny, monkeypatch):
             seq.ids += policy.encode(f"\n<|im_start|>user\n{'x ' * (i % 5)}<|im_end|>\n<|im_start|>assistant\n")
         if turn == 0:  # two episodes end, two new ones take their slots
             for i in (2, 5):
-                seqs[i], marks[i] = fresh(i, repeat=8), []
+                seqs[i], marks[i] = fresh(i, joining=True), []
     assert len(lengths) > 3, "rows should stop at different steps"
     assert max(prefilled) == 2, "the joining prompts are encoded apart"
     assert shared[0] >= 16, "the first prompts share their opening, encoded once"
@@ -197,6 +197,20 @@ def test_taboo_with_expert_teacher_puts_partner_messages_in_env_tokens(policy, t
     assert multi, "a wrong guess continues the game: later clues are environment tokens"
     env_text = tokenizer.decode([t for t, m in zip(multi[0].completion_ids, multi[0].env_mask) if not m])
     assert "CLUE" in env_text
+
+
+def test_local_policy_teacher_plays_the_partner_seat(policy, tiny, tmp_path):
+    _, tokenizer = tiny
+    teacher = LocalPolicy(*tiny, name="tiny-teacher")
+    episodes = engine(policy, teacher=teacher, teacher_temperature=0.0).play(
+        "taboo", load_instances("taboo", "validation", limit=2), records_dir=tmp_path, records_tag="t")
+    for episode in episodes:
+        assert [t.player for t in episode.traces] == ["Player 1"]  # only the learner's seat is traced
+        players = episode.interactions["players"]
+        assert players["Player 1"]["model_name"] == "playpen-tiny"
+        assert players["Player 2"]["model_name"] == "tiny-teacher"
+        assert episode.record_path.parts[-5] == "playpen-tiny--tiny-teacher"
+        assert_trace_invariant(tokenizer, episode.traces[0], exact_tokens=True)
 
 
 # ---------------------------------------------------------------- records

@@ -87,7 +87,6 @@ class _Session:
     models_id: str
     infos: dict
     writer: RecordWriter | None
-    generator: torch.Generator | None
     progress: object
     snapshot_turn: int | None | str = None  # "all" for random branch turns, an int, or None (no snapshots)
     snapshots: dict = field(default_factory=dict)  # job index -> snapshots of that episode (branching only)
@@ -109,9 +108,8 @@ class RolloutEngine:
         self.teacher_temperature = self.temperature if teacher_temperature is None else float(teacher_temperature)
         self.teacher = self._teacher_model(teacher)
         self._rng = random.Random(seed)
-        self._generator = None
-        if seed is not None:
-            self._generator = torch.Generator(device=learner.device).manual_seed(seed)
+        self._seed = seed
+        self._generators: dict[int, torch.Generator] = {}  # per policy, on its device; kept across plays
 
     # ------------------------------------------------------------ public API
 
@@ -206,7 +204,7 @@ class RolloutEngine:
             from tqdm import tqdm
 
             progress = tqdm(total=0, desc=f"{entry.name}", unit="ep", dynamic_ncols=True, leave=False)
-        return _Session(entry.name, bench, seats, models_id, infos, writer, self._generator, progress)
+        return _Session(entry.name, bench, seats, models_id, infos, writer, progress)
 
     def _close(self, session: _Session) -> None:
         if session.progress is not None:
@@ -280,6 +278,7 @@ class RolloutEngine:
             if not waiting:
                 return
             batch = [x for x in waiting if x.gm.current_player.model.supports_batching()]
+            batched = {id(x) for x in batch}
             if batch:
                 players = [x.gm.current_player for x in batch]
                 contexts = [x.gm.get_context_for(p) or GAME_ENDED_CONTEXT for x, p in zip(batch, players)]
@@ -292,7 +291,7 @@ class RolloutEngine:
                 for row, x in enumerate(batch):
                     self._step(x, answers[row][1])
             for x in waiting:
-                if x in batch or x.done:
+                if id(x) in batched or x.done:
                     continue
                 player = x.gm.current_player
                 try:
@@ -331,7 +330,7 @@ class RolloutEngine:
             players.append(player)
         temperature = self.temperature if policy is self.learner else self.teacher_temperature
         outs = generate(policy, seqs, max_new_tokens=self.max_new_tokens, temperature=temperature,
-                        generator=session.generator, keep_cache=self.kv_cache,
+                        generator=self._generator_for(policy), keep_cache=self.kv_cache,
                         prefix_cache=session.prefix_caches.setdefault(id(policy), {}))
         for item, conv, player, out in zip(group, convs, players, outs):
             if out.error is not None:
@@ -342,6 +341,14 @@ class RolloutEngine:
             conv.add_reply(out, raw, text)
             player.perceive_response(text)
             self._step(item, text)
+
+    def _generator_for(self, policy: LocalPolicy) -> torch.Generator | None:
+        if self._seed is None:
+            return None
+        if id(policy) not in self._generators:
+            offset = 0 if policy is self.learner else 1 + len(self._generators)
+            self._generators[id(policy)] = torch.Generator(device=policy.device).manual_seed(self._seed + offset)
+        return self._generators[id(policy)]
 
     def _traced(self, item: _Live) -> str | None:
         for player in item.gm.get_players():

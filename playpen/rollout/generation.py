@@ -14,31 +14,23 @@ Gaps are masked in the 2D attention mask and positions are passed explicitly, so
 tokens at their own positions. Rows that finish early are masked from then on, and when at least half of the
 batch has finished the finished rows are dropped from the batch (continuous batching inside a wave). At the end
 the valid columns of each row are gathered, right-aligned, into a compact block that the next wave copies from.
+Before a wave, fresh sequences get the prompt prefix they share encoded once, and rows with far more new tokens
+than the rest (prompts of episodes joining running ones) are encoded apart (kvcache.py).
 
 Models whose caches are not plain full-attention layers (sliding windows, linear attention) fall back to
 re-encoding each row's whole sequence per wave with Hugging Face's own cache.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import torch
-from transformers.cache_utils import DynamicCache, DynamicLayer
+from transformers.cache_utils import DynamicCache
+
+from playpen.rollout import kvcache
+from playpen.rollout.kvcache import KVBlock
 
 COMPACT_MIN_ROWS = 8  # do not bother dropping finished rows from smaller batches
-MIN_SHARED_PREFIX = 16  # shorter shared prompt prefixes are not worth a separate forward
-LONG_ROW_MARGIN = 32  # a row's new tokens count as "long" above 2 x the wave's median + this
-
-
-@dataclass
-class KVBlock:
-    """Keys/values of several sequences, each row right-aligned: row r holds its tokens in the last columns."""
-    layers: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [rows, kv_heads, length, head_dim]
-
-    @property
-    def length(self) -> int:
-        return self.layers[0][0].shape[2]
 
 
 @dataclass
@@ -68,65 +60,6 @@ class Generated:
         return self.ids[:-1] if self.stopped else self.ids
 
 
-class _GrowLayer(DynamicLayer):
-    """A full-attention cache layer with preallocated room, written in place (no per-step concatenation)."""
-
-    def __init__(self, capacity: int, keys: torch.Tensor | None = None, values: torch.Tensor | None = None,
-                 length: int = 0):
-        super().__init__()
-        self.capacity, self.length = capacity, length
-        self.buf_k, self.buf_v = keys, values
-        if keys is not None:
-            self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
-            self._views()
-
-    def _views(self):
-        self.keys = self.buf_k[:, :, :self.length]
-        self.values = self.buf_v[:, :, :self.length]
-
-    def lazy_initialization(self, key_states, value_states):
-        self.dtype, self.device = key_states.dtype, key_states.device
-        b, h, _, d = key_states.shape
-        self.buf_k = key_states.new_zeros(b, h, self.capacity, d)
-        self.buf_v = value_states.new_zeros(b, h, self.capacity, value_states.shape[-1])
-        self.is_initialized = True
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        n = key_states.shape[2]
-        if self.length + n > self.buf_k.shape[2]:  # never expected; stay correct anyway
-            extra = self.length + n - self.buf_k.shape[2]
-            self.buf_k = torch.cat([self.buf_k, self.buf_k.new_zeros(*self.buf_k.shape[:2], extra,
-                                                                     self.buf_k.shape[3])], 2)
-            self.buf_v = torch.cat([self.buf_v, self.buf_v.new_zeros(*self.buf_v.shape[:2], extra,
-                                                                     self.buf_v.shape[3])], 2)
-        self.buf_k[:, :, self.length:self.length + n] = key_states
-        self.buf_v[:, :, self.length:self.length + n] = value_states
-        self.length += n
-        self._views()
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self.buf_k, self.buf_v = self.buf_k[indices], self.buf_v[indices]
-        self._views()
-
-
-def _full_attention_layers(model) -> int | None:
-    """Number of cache layers if all are plain full-attention layers (gapped caches are exact), else None."""
-    config = getattr(model, "config", None)
-    try:
-        probe = DynamicCache(config=config)
-    except Exception:  # noqa: BLE001 - unknown config shapes: take the safe path
-        return None
-    if probe.layers and all(type(layer) is DynamicLayer for layer in probe.layers):
-        return len(probe.layers)
-    return None
-
-
 class _Forward:
     """Calls the model, passing logits_to_keep=1 when its forward accepts it (saves the full-vocab projection)."""
 
@@ -149,7 +82,7 @@ _FORWARDS: dict[int, tuple[object, _Forward, int | None]] = {}
 def _forward_for(model) -> tuple[_Forward, int | None]:
     entry = _FORWARDS.get(id(model))
     if entry is None or entry[0] is not model:
-        entry = (model, _Forward(model), _full_attention_layers(model))
+        entry = (model, _Forward(model), kvcache.full_attention_layers(model))
         _FORWARDS[id(model)] = entry
     return entry[1], entry[2]
 
@@ -193,8 +126,8 @@ def generate(policy, seqs: list[Sequence], *, max_new_tokens: int, temperature: 
         with torch.no_grad():
             if n_layers:
                 if keep_cache:
-                    _share_prefix(forward, n_layers, seqs, [i for i, _ in rows], prefix_cache, policy.device)
-                    _prefill_long_rows(policy, forward, n_layers, seqs, [i for i, _ in rows])
+                    kvcache.share_prefix(forward, n_layers, seqs, [i for i, _ in rows], prefix_cache, policy.device)
+                    kvcache.prefill_long_rows(policy, forward, n_layers, seqs, [i for i, _ in rows])
                 _wave(policy, forward, n_layers, seqs, rows, results, temperature, generator, keep_cache)
             else:
                 _wave_reencode(policy, forward, seqs, rows, results, temperature, generator)
@@ -226,7 +159,7 @@ def _wave(policy, forward, n_layers, seqs, rows, results, temperature, generator
         input_ids[r, N - n:] = torch.tensor(new)
         positions[r, N - n:] = torch.arange(c, c + n)
     cache = DynamicCache()
-    cache.layers = _assemble_past(seqs, idx, P, S, n_layers)
+    cache.layers = kvcache.assemble_past(seqs, idx, P, S, n_layers)
     mask, input_ids, positions = mask.to(device), input_ids.to(device), positions.to(device)
     next_pos = positions[:, -1] + 1
     logits = forward(input_ids=input_ids, attention_mask=mask[:, :P + N], position_ids=positions,
@@ -252,7 +185,7 @@ def _wave(policy, forward, n_layers, seqs, rows, results, temperature, generator
             keep = active.nonzero().squeeze(1)
             done = (~active).nonzero().squeeze(1)
             if keep_cache:
-                finished_blocks.append(_extract(cache, mask[:, :col], done, alive))
+                finished_blocks.append(kvcache.extract(cache, mask[:, :col], done, alive))
             for layer in cache.layers:
                 layer.batch_select_indices(keep)
             alive, mask, next_pos = alive[keep.cpu()], mask[keep], next_pos[keep]
@@ -268,7 +201,7 @@ def _wave(policy, forward, n_layers, seqs, rows, results, temperature, generator
     for r, i in enumerate(idx):
         seqs[i].ids.extend(results[i].ids)
     if keep_cache:
-        finished_blocks.append(_extract(cache, mask[:, :col], torch.arange(len(alive), device=device), alive))
+        finished_blocks.append(kvcache.extract(cache, mask[:, :col], torch.arange(len(alive), device=device), alive))
         for wave_rows, block, counts in finished_blocks:
             for j, (wr, count) in enumerate(zip(wave_rows, counts)):
                 seq = seqs[idx[wr]]
@@ -277,120 +210,6 @@ def _wave(policy, forward, n_layers, seqs, rows, results, temperature, generator
     else:
         for i in idx:
             seqs[i].drop_cache()
-
-
-def _share_prefix(forward, n_layers, seqs, idx, prefix_cache, device) -> int:
-    """Give fresh sequences (nothing cached) the keys/values of the prompt prefix they share, encoded once.
-    Returns the length of the prefix used (0 if none)."""
-    fresh = [i for i in idx if seqs[i].cached == 0]
-    if not fresh:
-        return 0
-    known = prefix_cache.get("prefix") if prefix_cache is not None else None
-    if known is not None:
-        ids, block = known
-        for i in fresh:
-            if len(seqs[i].ids) > len(ids) and seqs[i].ids[:len(ids)] == ids:
-                seqs[i].block, seqs[i].row, seqs[i].cached = block, 0, len(ids)
-        fresh = [i for i in fresh if seqs[i].cached == 0]
-    if len(fresh) < 2:
-        return len(known[0]) if known is not None else 0
-    shared = os.path.commonprefix([seqs[i].ids for i in fresh])
-    shared = shared[:min(len(seqs[i].ids) for i in fresh) - 1]
-    if len(shared) < MIN_SHARED_PREFIX:
-        return 0
-    cache = DynamicCache()
-    cache.layers = [_GrowLayer(len(shared)) for _ in range(n_layers)]
-    forward(input_ids=torch.tensor([shared], device=device), position_ids=torch.arange(len(shared), device=device)[None],
-            past_key_values=cache, use_cache=True)
-    block = KVBlock([(layer.keys, layer.values) for layer in cache.layers])
-    for i in fresh:
-        seqs[i].block, seqs[i].row, seqs[i].cached = block, 0, len(shared)
-    if prefix_cache is not None:
-        prefix_cache["prefix"] = (list(shared), block)
-    return len(shared)
-
-
-def _prefill_long_rows(policy, forward, n_layers, seqs, idx) -> int:
-    """Rows with far more new tokens than the others (fresh prompts joining a batch of running episodes) are
-    encoded first, on their own, up to the typical new length, so the wave does not pad every row to the
-    longest prompt."""
-    if len(idx) < 2:
-        return 0
-    pending = {i: len(seqs[i].ids) - seqs[i].cached for i in idx}
-    typical = sorted(pending.values())[len(idx) // 2]
-    long_rows = [i for i in idx if pending[i] > 2 * typical + LONG_ROW_MARGIN]
-    if not long_rows or len(long_rows) == len(idx):
-        return 0
-    cached = [seqs[i].cached for i in long_rows]
-    news = [seqs[i].ids[seqs[i].cached:len(seqs[i].ids) - typical] for i in long_rows]
-    B, P, N = len(long_rows), max(cached), max(len(n) for n in news)
-    mask = torch.zeros(B, P + N, dtype=torch.long)
-    input_ids = torch.full((B, N), policy.pad_id, dtype=torch.long)
-    positions = torch.zeros(B, N, dtype=torch.long)
-    for r, (c, new) in enumerate(zip(cached, news)):
-        mask[r, P - c:P] = 1
-        mask[r, P + N - len(new):] = 1
-        input_ids[r, N - len(new):] = torch.tensor(new)
-        positions[r, N - len(new):] = torch.arange(c, c + len(new))
-    device = policy.device
-    cache = DynamicCache()
-    cache.layers = _assemble_past(seqs, long_rows, P, P + N, n_layers)
-    mask = mask.to(device)
-    forward(input_ids=input_ids.to(device), attention_mask=mask, position_ids=positions.to(device),
-            past_key_values=cache, use_cache=True)
-    rows = torch.arange(B, device=device)
-    _, block, counts = _extract(cache, mask, rows, torch.arange(B))
-    for r, (i, count) in enumerate(zip(long_rows, counts)):
-        assert count == len(seqs[i].ids) - typical
-        seqs[i].block, seqs[i].row, seqs[i].cached = block, r, count
-    return B
-
-
-def _assemble_past(seqs, idx, P, S, n_layers) -> list[_GrowLayer]:
-    """Copy each row's cached keys/values into the wave's buffers, right-aligned at column P."""
-    groups: dict[int, tuple[KVBlock, list[int], list[int]]] = {}
-    for r, i in enumerate(idx):
-        seq = seqs[i]
-        if seq.block is not None and seq.cached > 0:
-            groups.setdefault(id(seq.block), (seq.block, [], []))
-            groups[id(seq.block)][1].append(r)
-            groups[id(seq.block)][2].append(seq.row)
-    if not groups:
-        return [_GrowLayer(S) for _ in range(n_layers)]
-    first = next(iter(groups.values()))[0]
-    layers = []
-    for layer_no, (k0, v0) in enumerate(first.layers):
-        keys = k0.new_zeros(len(idx), k0.shape[1], S, k0.shape[3])
-        values = v0.new_zeros(len(idx), v0.shape[1], S, v0.shape[3])
-        for block, wave_rows, block_rows in groups.values():
-            k, v = block.layers[layer_no]
-            width = min(block.length, P)
-            src_rows = torch.tensor(block_rows, device=k.device)
-            dst_rows = torch.tensor(wave_rows, device=k.device)
-            keys[dst_rows, :, P - width:P] = k.index_select(0, src_rows)[:, :, block.length - width:]
-            values[dst_rows, :, P - width:P] = v.index_select(0, src_rows)[:, :, block.length - width:]
-        layers.append(_GrowLayer(S, keys, values, P))
-    return layers
-
-
-def _extract(cache, mask: torch.Tensor, batch_rows: torch.Tensor, alive: torch.Tensor):
-    """Gather the valid columns of some batch rows into a new right-aligned block."""
-    sub = mask.index_select(0, batch_rows)
-    counts = sub.sum(1)
-    width = int(counts.max())
-    cols = torch.arange(sub.shape[1], device=sub.device).expand_as(sub)
-    order = torch.where(sub.bool(), cols, torch.full_like(cols, -1)).sort(dim=1).values[:, sub.shape[1] - width:]
-    order = order.clamp(min=0)
-    everything = len(batch_rows) == mask.shape[0]
-    layers = []
-    for layer in cache.layers:
-        k = layer.keys if everything else layer.keys.index_select(0, batch_rows)
-        v = layer.values if everything else layer.values.index_select(0, batch_rows)
-        gk = order[:, None, :, None].expand(k.shape[0], k.shape[1], width, k.shape[3])
-        gv = order[:, None, :, None].expand(v.shape[0], v.shape[1], width, v.shape[3])
-        layers.append((k.gather(2, gk), v.gather(2, gv)))
-    wave_rows = alive[batch_rows.cpu()].tolist()
-    return wave_rows, KVBlock(layers), counts.tolist()
 
 
 def _collect(steps_tok, steps_lp, steps_rows, idx, results, stop_ids):

@@ -58,9 +58,11 @@ def claim_dir(parent: Path, preferred: str) -> Path:
 
 
 class RecordWriter:
-    """Writes episode records on a background thread; `close()` waits for all of them and reports failures."""
+    """Writes episode records on background threads (each file is fsync'ed, so several threads overlap the
+    waits); `close()` waits for all of them and reports failures."""
 
-    def __init__(self, records_dir: str | Path, models: str, tag: str | None, player_model_infos: dict):
+    def __init__(self, records_dir: str | Path, models: str, tag: str | None, player_model_infos: dict,
+                 threads: int = 4):
         self.root = Path(records_dir) / models
         if tag:
             if "/" in tag or tag.startswith("."):
@@ -70,15 +72,19 @@ class RecordWriter:
         self.written: list[Path] = []
         self._errors: list[str] = []
         self._queue: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, name="playpen-records", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._loop, name=f"playpen-records-{i}", daemon=True)
+                         for i in range(threads)]
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, record: EpisodeRecord) -> None:
         self._queue.put(record)
 
     def close(self) -> list[Path]:
-        self._queue.put(None)
-        self._thread.join()
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join()
         if self._errors:
             raise PlaypenError(f"{len(self._errors)} episode record(s) could not be written under {self.root}: "
                                f"{self._errors[0]}")

@@ -73,15 +73,24 @@ class GameRollouts:
         self.counters["episodes"] += len(episodes) * session.world_size
         self.counters["rollouts"] += 1
         self.timing["rollout_seconds"] += time.perf_counter() - started
+        seqs = [self.trained_seat(e, j) for j, e in enumerate(episodes)]
         return {
-            "prompt_ids": [list(e.prompt_ids) for e in episodes],
-            "completion_ids": [list(e.completion_ids) for e in episodes],
-            "logprobs": [list(e.logprobs) if e.logprobs is not None else [0.0] * len(e.completion_ids)
-                         for e in episodes],
-            "env_mask": [list(e.env_mask) for e in episodes],
+            "prompt_ids": [list(t.prompt_ids) for t in seqs],
+            "completion_ids": [list(t.completion_ids) for t in seqs],
+            "logprobs": [list(t.logprobs) if t.logprobs is not None else [0.0] * len(t.completion_ids)
+                         for t in seqs],
+            "env_mask": [list(t.env_mask) for t in seqs],
             "episode": [{"reward": float(e.reward), "score": rollouts.main_score(e), "aborted": bool(e.aborted),
                          "success": bool(e.success), "turns": int(e.num_turns)} for e in episodes],
         }
+
+    def trained_seat(self, episode, j: int):
+        """The token sequence trained for the j-th episode: with several learner seats (self-play of a 2-player
+        game) and train_seats "all", episode j trains seat j mod seats, so every role learns from its group."""
+        traces = [t for t in (episode.traces or []) if t.completion_ids]
+        if self.cfg.train_seats == "all" and len(traces) > 1:
+            return traces[j % len(traces)]
+        return episode
 
     @staticmethod
     def episode_reward(prompts, completions, episode, log_metric=None, **kwargs) -> list[float]:

@@ -26,6 +26,8 @@ class GameConfig(TrainConfig):
     group_size: int = 8                  # episodes per instance (GRPO group / DPO branching pool)
     teacher: str | None = None           # frozen partner (registry name: local HF or remote API + key.json)
     self_play: bool = True               # without a teacher the learner plays every role
+    train_seats: str = "all"             # self-play: "all" = episodes of a group alternate which learner seat
+                                         # is trained (every role learns); "first" = the first seat only
     max_new_tokens: int = 64             # per turn
     temperature: float = 1.0             # sampling temperature of the learner
     rollout_batch_size: int = 64         # sequences generated together
@@ -48,6 +50,8 @@ def check_game(cfg: GameConfig, where: str) -> dict:
         roles = ", ".join(entry.spec.get("roles", [])) or f"{players} roles"
         raise PlaypenError(f"{where}: game {cfg.game} has {players} players ({roles}) and self_play is off: "
                            f"it needs a teacher (teacher=<model>, see `playpen list models`)")
+    if cfg.train_seats not in ("all", "first"):
+        raise PlaypenError(f"{where}: train_seats must be 'all' or 'first', got {cfg.train_seats!r}")
     if cfg.teacher and players == 1:
         raise PlaypenError(f"{where}: game {cfg.game} has a single player; a teacher has no role in it "
                            f"(remove teacher)")

@@ -46,6 +46,8 @@ class TrainConfig:
     dtype: str = "auto"                  # auto | float32 | bfloat16 | float16 (weights as loaded)
     deepspeed: str | None = None         # e.g. configs/deepspeed/zero2.json
     register: bool = True                # write <run>/model_registry.json for `playpen eval`
+    cpu_threads: int | None = None       # CPU only: torch intra-op threads (1 is fastest for tiny models on a
+                                         # busy machine); null = torch's default
     trainer: dict = field(default_factory=dict)  # the TRL config's own keys (max_steps, learning_rate, ...)
 
 
@@ -155,6 +157,13 @@ def _quiet_libraries() -> None:
     transformers.logging.set_verbosity_error()
 
 
+def _set_threads(threads: int | None) -> None:
+    import torch
+
+    if threads and not torch.cuda.is_available():
+        torch.set_num_threads(int(threads))
+
+
 def load_recipe(method: str) -> Recipe:
     if method not in METHODS:
         raise PlaypenError(f"unknown method '{method}'; choose one of: {', '.join(METHODS)}")
@@ -180,6 +189,7 @@ def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
     run_dir = RunDir.for_experiment(cfg.storage_root, cfg.experiment, cfg.run_id or default_run_id(method, cfg))
     resume, reached = recipe.find_resume(cfg, run_dir)
     _quiet_libraries()
+    _set_threads(cfg.cpu_threads)
     owns_group = builders.init_deepspeed_distributed() if deepspeed else False
     try:
         session = Session(recipe, cfg, where, run_dir, spec, deepspeed, resume=resume,

@@ -1,0 +1,229 @@
+"""Trainer overheads → bench/results/train.md.
+
+    python bench/bench_train.py [--steps 4] [--game wordle] [--hidden 1024 --layers 12]
+
+1. GRPO step time outside generation and the optimizer step (target ≤ 5 %). A real `playpen train grpo` run on
+   playpen-tiny (LoRA, self-play) with timers around: token generation (the engine's batched sampling),
+   training compute (TRL's policy forward+loss, backward, optimizer step, and the old/reference log-prob
+   forwards the loss needs). Everything else in a step is overhead: game-master logic, scoring, records,
+   rewards, padding, TRL and playpen bookkeeping, metrics and checkpoints. The first step (warm-up) is left out.
+2. Peak RSS of QLoRA-4bit vs full fine-tuning of the same model (target ≤ 0.4×): a Llama built locally with
+   playpen-tiny's tokenizer and a bigger config (no hub here), 2 SFT steps each, each in a fresh process;
+   peak RSS = ru_maxrss of that process (imports included, as a user sees it).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+RESULTS = REPO / "bench" / "results" / "train.md"
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=4, help="GRPO steps (the first is warm-up)")
+    p.add_argument("--game", default="wordle")
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--batch", type=int, default=32, help="episodes per step")
+    p.add_argument("--hidden", type=int, default=1024, help="hidden size of the RSS model")
+    p.add_argument("--layers", type=int, default=12, help="layers of the RSS model")
+    p.add_argument("--part", choices=["all", "grpo", "rss", "_rss_child"], default="all")
+    p.add_argument("--child-args", nargs="*", default=[])
+    return p.parse_args()
+
+
+# ---------------------------------------------------------------- 1. GRPO step breakdown
+
+class Timers:
+    def __init__(self):
+        self.totals: dict[str, float] = {}
+
+    def wrap(self, owner, name: str, key: str):
+        original = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.totals[key] = self.totals.get(key, 0.0) + time.perf_counter() - started
+
+        setattr(owner, name, timed)
+        return original
+
+
+def bench_grpo(args, storage: Path) -> dict:
+    import torch
+    import trl
+    from transformers import TrainerCallback
+
+    import playpen.rollout.engine as engine
+    from playpen.train import grpo
+    from playpen.train import train
+
+    timers = Timers()
+    timers.wrap(engine, "generate", "generation")
+    cls = trl.GRPOTrainer
+    timers.wrap(cls, "compute_loss", "train_compute")
+    timers.wrap(cls, "_get_per_token_logps_and_entropies", "train_compute")
+    timers.wrap(torch.optim.AdamW, "step", "train_compute")
+    import accelerate
+
+    timers.wrap(accelerate.Accelerator, "backward", "train_compute")
+    steps: list[dict] = []
+
+    class StepClock(TrainerCallback):
+        def on_step_begin(self, a, state, control, **kw):
+            self.started, self.before = time.perf_counter(), dict(timers.totals)
+
+        def on_step_end(self, a, state, control, **kw):
+            total = time.perf_counter() - self.started
+            part = {k: timers.totals.get(k, 0.0) - self.before.get(k, 0.0) for k in ("generation", "train_compute")}
+            steps.append({"total": total, **part})
+
+    original_fit = grpo.GRPO.fit
+
+    def fit(self, session):  # add the clock to the trainer the recipe builds
+        original_init = trl.GRPOTrainer.__init__
+
+        def init(trainer, *a, **kw):
+            kw["callbacks"] = [*kw.get("callbacks", []), StepClock()]
+            original_init(trainer, *a, **kw)
+
+        trl.GRPOTrainer.__init__ = init
+        try:
+            return original_fit(self, session)
+        finally:
+            trl.GRPOTrainer.__init__ = original_init
+
+    grpo.GRPO.fit = fit
+    started = time.perf_counter()
+    train("grpo", None, [f"storage_root={storage}", "experiment=bench", f"game={args.game}",
+                         f"group_size={args.group_size}", "max_new_tokens=12", "instances=64",
+                         f"trainer.per_device_train_batch_size={args.batch}", f"trainer.max_steps={args.steps}",
+                         "trainer.save_steps=2", "trainer.learning_rate=1e-3"])
+    wall = time.perf_counter() - started
+    measured = steps[1:] or steps
+    total = sum(s["total"] for s in measured)
+    gen = sum(s["generation"] for s in measured)
+    compute = sum(s["train_compute"] for s in measured)
+    other = total - gen - compute
+    return {"steps": len(measured), "total": total, "generation": gen, "train_compute": compute, "other": other,
+            "fraction_other": other / total, "per_step": measured, "wall": wall}
+
+
+# ---------------------------------------------------------------- 2. QLoRA vs full peak RSS
+
+def build_big_model(folder: Path, hidden: int, layers: int) -> int:
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(REPO / "playpen" / "models" / "playpen-tiny")
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=int(hidden * 2.75) // 64 * 64,
+                         num_hidden_layers=layers, num_attention_heads=hidden // 64, num_key_value_heads=hidden // 128,
+                         max_position_embeddings=1024, tie_word_embeddings=False, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id, bos_token_id=None)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return sum(p.numel() for p in model.parameters())
+
+
+def rss_child(model: str, data: str, storage: str, mode: str) -> None:
+    import resource
+
+    from playpen.train import train
+
+    extra = ["quantization=4bit", "lora={}"] if mode == "qlora" else ["lora=null"]
+    train("sft", None, [f"storage_root={storage}", f"experiment=rss-{mode}", f"model={model}", f"data={data}",
+                        "trainer.max_steps=2", "trainer.per_device_train_batch_size=2", "trainer.save_steps=100",
+                        "register=false", *extra])
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"mode": mode, "peak_rss_mb": peak_kb / 1024}))
+
+
+def bench_rss(args, tmp: Path) -> dict:
+    folder = tmp / "bench-llama"
+    params = build_big_model(folder, args.hidden, args.layers)
+    data = tmp / "sft.jsonl"
+    with data.open("w") as f:
+        for i in range(8):
+            f.write(json.dumps({"messages": [{"role": "user", "content": "Reply only with: GUESS: <word>"},
+                                             {"role": "assistant", "content": "GUESS: crane"}]}) + "\n")
+    out = {"parameters": params}
+    for mode in ("full", "qlora"):
+        started = time.perf_counter()
+        proc = subprocess.run([sys.executable, __file__, "--part", "_rss_child", "--child-args", str(folder),
+                               str(data), str(tmp / f"runs-{mode}"), mode], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(proc.stderr[-3000:])
+        line = [l for l in proc.stdout.splitlines() if l.startswith("{")][-1]
+        out[mode] = json.loads(line)["peak_rss_mb"]
+        out[f"{mode}_seconds"] = time.perf_counter() - started
+    out["ratio"] = out["qlora"] / out["full"]
+    return out
+
+
+# ---------------------------------------------------------------- report
+
+def report(grpo_result: dict | None, rss: dict | None, args) -> str:
+    lines = [f"# Trainer benchmark ({datetime.now():%Y-%m-%d %H:%M})", "",
+             f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+             f"Python {platform.python_version()}; `python bench/bench_train.py` "
+             f"(load average at start: {os.getloadavg()[0]:.1f} — other jobs on a shared machine inflate times).", ""]
+    if grpo_result:
+        g = grpo_result
+        ok = "meets" if g["fraction_other"] <= 0.05 else "MISSES"
+        lines += ["## GRPO step time outside generation and the optimizer step", "",
+                  f"`playpen train grpo`, playpen-tiny + LoRA, {args.game} self-play, {args.batch} episodes per "
+                  f"step (groups of {args.group_size}), {g['steps']} measured steps (first step = warm-up, left out).",
+                  "", "| part | seconds | share |", "|---|---:|---:|"]
+        for key, label in (("generation", "token generation (engine sampling)"),
+                           ("train_compute", "training compute (policy fwd+loss, backward, AdamW, old/ref logps)"),
+                           ("other", "everything else (game logic, scoring, records, rewards, bookkeeping)")):
+            lines.append(f"| {label} | {g[key]:.2f} | {100 * g[key] / g['total']:.1f} % |")
+        lines += [f"| step total | {g['total']:.2f} | 100 % |", "",
+                  f"**Outside generation and optimizer step: {100 * g['fraction_other']:.1f} % — {ok} the ≤ 5 % "
+                  f"target.** Per step: " + ", ".join(f"{s['total']:.1f} s" for s in g["per_step"]), ""]
+    if rss:
+        ok = "meets" if rss["ratio"] <= 0.4 else "MISSES"
+        lines += ["## Peak RSS: QLoRA-4bit vs full fine-tuning", "",
+                  f"SFT, 2 steps, batch 2, on a {rss['parameters'] / 1e6:.0f}M-parameter Llama (hidden "
+                  f"{args.hidden}, {args.layers} layers, tiny tokenizer) built locally; fp32 on CPU.", "",
+                  "| mode | peak RSS (MB) | wall (s) |", "|---|---:|---:|",
+                  f"| full fine-tuning (AdamW) | {rss['full']:.0f} | {rss['full_seconds']:.0f} |",
+                  f"| QLoRA 4-bit nf4 + LoRA r=16 | {rss['qlora']:.0f} | {rss['qlora_seconds']:.0f} |", "",
+                  f"**QLoRA / full = {rss['ratio']:.2f}× — {ok} the ≤ 0.4× target.**", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    args = parse_args()
+    if args.part == "_rss_child":
+        rss_child(*args.child_args)
+        return
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
+        tmp = Path(tmp)
+        grpo_result = bench_grpo(args, tmp / "runs") if args.part in ("all", "grpo") else None
+        rss = bench_rss(args, tmp) if args.part in ("all", "rss") else None
+    text = report(grpo_result, rss, args)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

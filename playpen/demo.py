@@ -1,0 +1,83 @@
+"""The demo's proof on held-out data: clemscore of the untrained model vs the trained adapter.
+
+    python -m playpen.demo --config configs/grpo/demo.yaml [key=value ...]
+
+Run after `python -m playpen.submit grpo --config ... --wait` (what `make demo` does). It finds the run dir the
+same way the trainer does (config hash), evaluates the base model and the run's registered adapter on the
+validation instances of the run's game with `playpen eval`, prints both and plots them beside the learning curve.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from playpen.errors import PlaypenError
+from playpen.storage import RunDir, atomic_write_json
+
+PLOT_FILE = "demo_eval.png"
+
+
+def run_dir_for(method: str, config: str, overrides: list[str]) -> tuple[RunDir, object]:
+    from playpen.config import load_config
+    from playpen.train.runner import default_run_id, load_recipe
+
+    cfg = load_config(load_recipe(method).Config, config, overrides)
+    run = RunDir.for_experiment(cfg.storage_root, cfg.experiment, cfg.run_id or default_run_id(method, cfg))
+    if not (run.path / "model_registry.json").is_file():
+        raise PlaypenError(f"{run.path} has no trained model yet; run "
+                           f"`python -m playpen.submit {method} --config {config} --wait` first")
+    return run, cfg
+
+
+def plot(results: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    bars = ax.bar(names, [results[n]["clemscore"] for n in names], color=["#999999", "#3b7dd8"])
+    ax.bar_label(bars, fmt="%.1f")
+    ax.set_ylabel("clemscore (validation)")
+    ax.set_title("untrained vs trained")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--method", default="grpo")
+    parser.add_argument("overrides", nargs="*", help="the same key=value overrides given to submit")
+    args = parser.parse_args(argv)
+    try:
+        from playpen.eval import evaluate
+
+        run, cfg = run_dir_for(args.method, args.config, args.overrides)
+        trained = json.loads((run.path / "model_registry.json").read_text())[-1]["model_name"]
+        games = [cfg.game]
+        kwargs = dict(games=games, max_tokens=cfg.max_new_tokens, temperature=0.0)
+        results = {"untrained": evaluate(cfg.model, results_dir=run.path / "eval" / "untrained", **kwargs),
+                   "trained": evaluate(str(run.path), results_dir=run.path / "eval" / "trained", **kwargs)}
+    except PlaypenError as e:
+        print(f"playpen: error: {e}", file=sys.stderr)
+        return 2
+    summary = {name: {"model": cfg.model if name == "untrained" else trained, "clemscore": r["clemscore"],
+                      **{k: r["games"][cfg.game][k] for k in ("played", "quality", "episodes")}}
+               for name, r in results.items()}
+    atomic_write_json(run.path / "demo_eval.json", summary)
+    plot(summary, run.path / PLOT_FILE)
+    print(f"\n[demo] {cfg.game} validation, greedy, {summary['trained']['episodes']} episodes each")
+    for name, row in summary.items():
+        print(f"[demo] {name:9s} {row['model']:36s} clemscore {row['clemscore']:6.2f}  "
+              f"played {row['played']:6.2f}%  quality {row['quality']:6.2f}")
+    print(f"[demo] run dir {run.path}: learning curve, {PLOT_FILE}, playpen-records/, checkpoints/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
