@@ -106,8 +106,9 @@ def share_prefix(forward, n_layers, seqs, idx, prefix_cache, device) -> int:
         return 0
     cache = DynamicCache()
     cache.layers = [GrowLayer(len(shared)) for _ in range(n_layers)]
-    forward(input_ids=torch.tensor([shared], device=device), position_ids=torch.arange(len(shared), device=device)[None],
-            past_key_values=cache, use_cache=True)
+    positions = torch.arange(len(shared), device=device)[None]
+    forward(input_ids=torch.tensor([shared], device=device), position_ids=positions, past_key_values=cache,
+            use_cache=True)
     block = KVBlock([(layer.keys, layer.values) for layer in cache.layers])
     for i in fresh:
         seqs[i].block, seqs[i].row, seqs[i].cached = block, 0, len(shared)
