@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -199,3 +200,14 @@ def devcluster() -> Iterator[dict[str, str]]:
                 if leases.marker.exists() and not leases.others_alive():
                     leases.marker.unlink()
                     stop_devcluster()
+
+
+def wait_until(predicate, timeout: float, what, interval: float = 0.2):
+    """Poll predicate until truthy; `what` (a string, or a callable giving the current state) names it on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what() if callable(what) else what}")

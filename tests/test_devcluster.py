@@ -13,7 +13,7 @@ import cloudpickle
 import pytest
 import submitit
 
-from tests.devcluster import DEFAULT_PARTITION, NODES, URGENT_PARTITION, devcluster  # noqa: F401
+from tests.devcluster import DEFAULT_PARTITION, NODES, URGENT_PARTITION, devcluster, wait_until  # noqa: F401
 
 pytestmark = pytest.mark.slurm
 
@@ -34,19 +34,8 @@ def _executor(folder: Path, **params) -> submitit.SlurmExecutor:
     return ex
 
 
-def _wait(predicate, timeout: float, what, interval: float = 0.2):
-    """Poll predicate until truthy; `what` (a string, or a callable for the current state) names it on timeout."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what() if callable(what) else what}")
-
-
 def _result(job: submitit.Job, timeout: float):
-    _wait(job.done, timeout, lambda: f"job {job.job_id} to finish (state {job.state})", interval=0.5)
+    wait_until(job.done, timeout, lambda: f"job {job.job_id} to finish (state {job.state})", interval=0.5)
     return job.result()
 
 
@@ -61,7 +50,7 @@ def _nodes_state() -> dict[str, set[str]]:
 def test_both_nodes_idle_in_both_partitions(devcluster):
     want = {n: {f"{DEFAULT_PARTITION}:idle", f"{URGENT_PARTITION}:idle"} for n in NODES}
     # Idle unless another test's job still finishes.
-    _wait(lambda: _nodes_state() == want, 20, lambda: f"sinfo to show {want} (now {_nodes_state()})")
+    wait_until(lambda: _nodes_state() == want, 20, lambda: f"sinfo to show {want} (now {_nodes_state()})")
     assert "debug*" in _sh("sinfo", "-h", "-o", "%P")  # debug is the default partition
 
 
@@ -76,7 +65,7 @@ def test_submitit_job_returns_result_and_sacct_records_it(devcluster, tmp_path):
     print(f"submit -> result: {time.monotonic() - t0:.2f} s")
     assert host in NODES and job_id == job.job_id
     # Accounting is written asynchronously by slurmctld -> slurmdbd.
-    _wait(
+    wait_until(
         lambda: _sh("sacct", "-n", "-X", "-P", "-j", job.job_id, "-o", "JobID,State,NodeList").strip()
         == f"{job.job_id}|COMPLETED|{host}",
         15,
@@ -92,7 +81,7 @@ def _rank_info() -> tuple[str, int, int, str, str]:
 
 def test_two_node_job_runs_on_node1_and_node2(devcluster, tmp_path):
     job = _executor(tmp_path, nodes=2, ntasks_per_node=1).submit(_rank_info)
-    _wait(job.done, 30, f"2-node job {job.job_id}", interval=0.5)
+    wait_until(job.done, 30, f"2-node job {job.job_id}", interval=0.5)
     results = job.results()
     assert sorted(r[0] for r in results) == ["node1", "node2"]
     assert sorted(r[1] for r in results) == [0, 1]
@@ -123,7 +112,7 @@ def test_usr2_requeues_and_resumes_from_checkpoint(devcluster, tmp_path):
     work.mkdir()
     job = _executor(tmp_path / "submitit").submit(Counter(), str(work), 40)
     progress = work / "progress"
-    _wait(lambda: progress.exists() and int(progress.read_text() or 0) >= 5, 30, "the job to make progress")
+    wait_until(lambda: progress.exists() and int(progress.read_text() or 0) >= 5, 30, "the job to make progress")
     _sh("scancel", "--signal=USR2", job.job_id)
     done, starts = _result(job, timeout=60)
     resumed_from = [int(x) for x in (work / "starts").read_text().split()]
@@ -142,7 +131,7 @@ def test_urgent_partition_preempts_debug_job_which_resumes(devcluster, tmp_path)
     ex = _executor(tmp_path / "submitit", cpus_per_task=cpus, additional_parameters={"nodelist": "node1"})
     job = ex.submit(Counter(), str(work), 40)
     progress = work / "progress"
-    _wait(lambda: progress.exists() and int(progress.read_text() or 0) >= 5, 30, "the debug job to make progress")
+    wait_until(lambda: progress.exists() and int(progress.read_text() or 0) >= 5, 30, "the debug job to make progress")
     urgent = _sh(
         "sbatch", "--parsable", f"--partition={URGENT_PARTITION}", "--nodelist=node1", f"--cpus-per-task={cpus}",
         "--output=/dev/null", "--wrap=hostname",
@@ -151,7 +140,7 @@ def test_urgent_partition_preempts_debug_job_which_resumes(devcluster, tmp_path)
     resumed_from = [int(x) for x in (work / "starts").read_text().split()]
     assert done == 40
     assert starts == 2 and 5 <= resumed_from[1] < 40, resumed_from
-    _wait(
+    wait_until(
         lambda: _sh("sacct", "-n", "-X", "-P", "-j", urgent, "-o", "State").strip() == "COMPLETED",
         15,
         f"sacct to show the urgent job {urgent} COMPLETED",

@@ -16,7 +16,7 @@ from playpen.submit import jobs, status
 from playpen.submit.cli import main
 from playpen.submit.launch import TaskInfo
 from playpen.submit.profiles import load_profile
-from tests.devcluster import devcluster  # noqa: F401  (the session fixture)
+from tests.devcluster import devcluster, wait_until  # noqa: F401  (devcluster: the session fixture)
 from tests.test_submit import assert_clean, printed, run_cli, submit_probe, write_sft_config
 
 pytestmark = pytest.mark.slurm
@@ -31,16 +31,6 @@ def write_grpo_config(tmp_path: Path, steps: int = 4) -> Path:
                       f"trainer:\n  max_steps: {steps}\n  save_steps: 1\n  save_total_limit: 1\n"
                       f"  per_device_train_batch_size: 4\n")
     return config
-
-
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def sh(*args: str) -> str:
