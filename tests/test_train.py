@@ -45,7 +45,7 @@ def storage(tmp_path, monkeypatch) -> Path:
 def train(method: str, storage: Path, *overrides: str):
     from playpen.train import train as run
 
-    return run(method, None, [f"storage_root={storage}", *overrides])
+    return run(method, None, [f"storage_root={storage}", "cpu_threads=1", *overrides])
 
 
 def losses(run) -> list[tuple[int, float]]:
@@ -242,7 +242,8 @@ def test_corrupt_checkpoint_names_the_file(capsys, storage, data):
     weights.write_bytes(weights.read_bytes()[:-100])  # truncated
     from playpen.cli import main
 
-    assert main(["train", "sft", *args, f"storage_root={storage}"]) == 2
+    capsys.readouterr()  # drop the first run's progress output
+    assert main(["train", "sft", f"storage_root={storage}", "cpu_threads=1", *args]) == 2  # same run dir as above
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"playpen: error: checkpoint file {weights} is corrupt") and "\n" not in err
 

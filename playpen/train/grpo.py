@@ -63,8 +63,10 @@ class GameRollouts:
                                          gather_deepspeed3_params=trainer.args.ds3_gather_for_generation) as model:
             was_training = model.training
             policy = LocalPolicy(model, session.tokenizer, name=cfg.model.replace("/", "_"))
+            # seeded by (seed, rollout number, rank): a resumed run replays exactly the rollouts it lost
+            seed = (cfg.seed * 1_000_003 + self.counters["rollouts"]) * 1_009 + session.rank
             engine = RolloutEngine(learner=policy, teacher=self.teacher, max_new_tokens=cfg.max_new_tokens,
-                                   temperature=cfg.temperature, batch_size=cfg.rollout_batch_size)
+                                   temperature=cfg.temperature, batch_size=cfg.rollout_batch_size, seed=seed)
             episodes = engine.play(cfg.game, instances=chosen, group_size=group, records_dir=session.run.records,
                                    records_tag=tag)
             model.train(was_training)
@@ -189,7 +191,9 @@ class GRPO(Recipe):
     def forced(self, cfg: Config) -> dict:
         # TRL rescales logits by its temperature when scoring; it must be the temperature the episodes were
         # sampled with. The group size is TRL's num_generations.
-        return {"num_generations": cfg.group_size, "temperature": cfg.temperature}
+        # No sampler shuffle: the instances are already shuffled with the run's seed, and TRL's RepeatSampler
+        # restarts its generator on resume, so a shuffled resumed run would see other prompts than the original.
+        return {"num_generations": cfg.group_size, "temperature": cfg.temperature, "shuffle_dataset": False}
 
     def fit(self, session: Session):
         from datasets import Dataset

@@ -155,6 +155,7 @@ def _quiet_libraries() -> None:
     import transformers
 
     transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()  # "Loading weights" bars would break one-line errors
 
 
 def _set_threads(threads: int | None) -> None:
