@@ -66,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     except PlaypenError as e:
         print(f"playpen: error: {e}", file=sys.stderr)
         return 2
-    summary = {name: {"model": cfg.model if name == "untrained" else trained, "clemscore": r["clemscore"],
-                      **{k: r["games"][cfg.game][k] for k in ("played", "quality", "episodes")}}
+    # the game's own clemscore (% played × quality): val.json files a static game under statscore, not clemscore
+    summary = {name: {"model": cfg.model if name == "untrained" else trained,
+                      **{k: r["games"][cfg.game][k] for k in ("clemscore", "played", "quality", "episodes")}}
                for name, r in results.items()}
     atomic_write_json(run.path / "demo_eval.json", summary)
     plot(summary, run.path / PLOT_FILE)
