@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,10 +16,17 @@ from playpen.storage import read_jsonl
 REPO = Path(__file__).resolve().parents[1]
 
 
+def free_port() -> int:
+    # a real port: with --master_port 0 the ranks never met (DeepSpeed re-reads MASTER_PORT=0) and the run hung
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def torchrun(tmp_path: Path, *args: str, timeout: int = 400) -> subprocess.CompletedProcess:
     torchrun_bin = Path(sys.executable).with_name("torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    cmd = [str(torchrun_bin), "--nproc_per_node", "2", "--master_port", "0", "-m", "playpen.cli", "train", *args,
+    cmd = [str(torchrun_bin), "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "playpen.cli", "train", *args,
            f"storage_root={tmp_path / 'runs'}"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
@@ -42,7 +50,6 @@ def sft_data(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="hangs on this 2-core machine: both torchrun ranks start and never finish (seen 2026-11-22 with ZeRO-2 and ZeRO-3, > 240 s); open defect on issue 4; remove this mark to run it")
 def test_sft_lora_zero3_two_processes(tmp_path, sft_data):
     proc = torchrun(tmp_path, "sft", "experiment=z3", f"data={sft_data}", "deepspeed=configs/deepspeed/zero3.json",
                     "trainer.max_steps=2", "trainer.save_steps=1", "trainer.per_device_train_batch_size=2")
@@ -56,7 +63,6 @@ def test_sft_lora_zero3_two_processes(tmp_path, sft_data):
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="hangs on this 2-core machine: both torchrun ranks start and never finish (seen 2026-11-22 with ZeRO-2 and ZeRO-3, > 240 s); open defect on issue 4; remove this mark to run it")
 def test_grpo_zero2_two_processes(tmp_path):
     torchrun(tmp_path, "grpo", "experiment=z2", "game=arithmetic", "instances=4", "group_size=2",
              "max_new_tokens=8", "deepspeed=configs/deepspeed/zero2.json", "trainer.max_steps=2",
