@@ -38,8 +38,9 @@ def plot(results: dict, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = list(results)
-    fig, ax = plt.subplots(figsize=(4.5, 3.2))
-    bars = ax.bar(names, [results[n]["clemscore"] for n in names], color=["#999999", "#3b7dd8"])
+    colors = ["#999999" if n.startswith("untrained") else "#3b7dd8" for n in names]
+    fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(names), 3.2))
+    bars = ax.bar([n.replace(" ", "\n") for n in names], [results[n]["clemscore"] for n in names], color=colors)
     ax.bar_label(bars, fmt="%.1f")
     ax.set_ylabel("clemscore (validation)")
     ax.set_title("untrained vs trained")
@@ -59,22 +60,29 @@ def main(argv: list[str] | None = None) -> int:
 
         run, cfg = run_dir_for(args.method, args.config, args.overrides)
         trained = json.loads((run.path / "model_registry.json").read_text())[-1]["model_name"]
-        games = [cfg.game]
-        kwargs = dict(games=games, max_tokens=cfg.max_new_tokens, temperature=0.0)
-        results = {"untrained": evaluate(cfg.model, results_dir=run.path / "eval" / "untrained", **kwargs),
-                   "trained": evaluate(str(run.path), results_dir=run.path / "eval" / "trained", **kwargs)}
+        # greedy is clemscore's protocol; the rollout temperature shows what RL changed in the sampled policy
+        temperatures = sorted({0.0, float(cfg.validation_temperature or 0.0)})
+        results = {}
+        for temperature in temperatures:
+            for name, model in (("untrained", cfg.model), ("trained", str(run.path))):
+                results[(name, temperature)] = evaluate(
+                    model, games=[cfg.game], max_tokens=cfg.max_new_tokens, temperature=temperature,
+                    results_dir=run.path / "eval" / f"{name}-T{temperature:g}")
     except PlaypenError as e:
         print(f"playpen: error: {e}", file=sys.stderr)
         return 2
     # the game's own clemscore (% played × quality): val.json files a static game under statscore, not clemscore
-    summary = {name: {"model": cfg.model if name == "untrained" else trained,
-                      **{k: r["games"][cfg.game][k] for k in ("clemscore", "played", "quality", "episodes")}}
-               for name, r in results.items()}
+    summary = {f"{name} T={temperature:g}": {"model": cfg.model if name == "untrained" else trained,
+                                             "temperature": temperature,
+                                             **{k: r["games"][cfg.game][k]
+                                                for k in ("clemscore", "played", "quality", "episodes")}}
+               for (name, temperature), r in results.items()}
     atomic_write_json(run.path / "demo_eval.json", summary)
     plot(summary, run.path / PLOT_FILE)
-    print(f"\n[demo] {cfg.game} validation, greedy, {summary['trained']['episodes']} episodes each")
+    episodes = next(iter(summary.values()))["episodes"]
+    print(f"\n[demo] playpen eval on {cfg.game} validation, {episodes} episodes each")
     for name, row in summary.items():
-        print(f"[demo] {name:9s} {row['model']:36s} clemscore {row['clemscore']:6.2f}  "
+        print(f"[demo] {name:15s} {row['model']:36s} clemscore {row['clemscore']:6.2f}  "
               f"played {row['played']:6.2f}%  quality {row['quality']:6.2f}")
     print(f"[demo] run dir {run.path}: learning curve, {PLOT_FILE}, playpen-records/, checkpoints/")
     return 0

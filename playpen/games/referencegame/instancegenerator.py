@@ -14,7 +14,7 @@ from playpen.games.referencegame.master import POSITIONS, render_grids
 GAME_DIR = Path(__file__).parent
 SEED = 42
 EXPERIMENTS = {"easy": None, "medium": 2, "hard": 1}  # name -> cells in which a distractor differs (None: any)
-VALIDATION_PER_EXPERIMENT = 7
+VALIDATION_PER_EXPERIMENT = 20  # 60 episodes: a 1-in-3 game needs that many to tell models apart
 TRAIN_PER_EXPERIMENT = 40
 VALIDATION_POOL = 64  # target grids reserved for validation
 TRAIN_ID_OFFSET = 10000
