@@ -23,7 +23,7 @@ from pathlib import Path
 
 from playpen.registry import TINY_MODEL
 
-BUILD_VERSION = 3  # bump when the recipe changes: an older build is then rebuilt on first use
+BUILD_VERSION = 4  # bump when the recipe changes: an older build is then rebuilt on first use
 SEED = 1234
 VOCAB_SIZE = 2048
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]

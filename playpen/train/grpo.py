@@ -41,15 +41,23 @@ class GameRollouts:
         self.session, self.cfg, self.instances, self.teacher = session, session.cfg, instances, teacher
         self.counters = {k: session.state.get(k, 0) for k in ("episodes", "rollouts")}
         self.timing = {"rollout_seconds": 0.0}
+        self._writing = None  # the engine whose records are still being written, while the step trains
 
     def state(self) -> dict:
         return dict(self.counters)
+
+    def finish_records(self) -> None:
+        """Wait for the last rollout's records: before the next rollout, a checkpoint, and the end of training."""
+        if self._writing is not None:
+            self._writing.finish_records()
+            self._writing = None
 
     def rollout(self, prompts: list[str], trainer) -> dict:
         from playpen.rollout import LocalPolicy, RolloutEngine
         from trl.models import unwrap_model_for_generation
 
         started = time.perf_counter()
+        self.finish_records()
         cfg, session = self.cfg, self.session
         indices = [int(p.split("|", 1)[0]) for p in prompts]
         runs = [(i, len(list(g))) for i, g in groupby(indices)]
@@ -68,7 +76,8 @@ class GameRollouts:
             engine = RolloutEngine(learner=policy, teacher=self.teacher, max_new_tokens=cfg.max_new_tokens,
                                    temperature=cfg.temperature, batch_size=cfg.rollout_batch_size, seed=seed)
             episodes = engine.play(cfg.game, instances=chosen, group_size=group, records_dir=session.run.records,
-                                   records_tag=tag)
+                                   records_tag=tag, wait_for_records=False)
+            self._writing = engine
             model.train(was_training)
         if len(episodes) != len(prompts):
             raise RuntimeError(f"rollout engine returned {len(episodes)} episodes for {len(prompts)} prompts")
@@ -104,6 +113,19 @@ class GameRollouts:
                 log_metric("success_rate", float(e["success"]))
                 log_metric("turns", float(e["turns"]))
         return [e["reward"] for e in episode]
+
+
+def _records_written_callback(game: GameRollouts):
+    from transformers import TrainerCallback
+
+    class RecordsWritten(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            game.finish_records()
+
+        def on_train_end(self, args, state, control, **kwargs):
+            game.finish_records()
+
+    return RecordsWritten()
 
 
 def _validation_callback(session: Session, metrics, val_instances: list, teacher):
@@ -215,6 +237,7 @@ class GRPO(Recipe):
             val_instances = rollouts.select_instances(cfg, "validation", cfg.validation_instances)
             validation = _validation_callback(session, callbacks[0], val_instances, teacher)
             callbacks.insert(0, validation)  # its end-of-training row lands before metrics closes tensorboard
+        callbacks.insert(0, _records_written_callback(game))  # before the checkpoint's state file says "done"
         trainer = GRPOTrainer(model=session.model, reward_funcs=[GameRollouts.episode_reward], args=session.args,
                               train_dataset=dataset, processing_class=session.tokenizer,
                               peft_config=session.peft_config, rollout_func=game.rollout, callbacks=callbacks)

@@ -2,7 +2,8 @@
 
 Target grids of validation (in/instances.json) and train (in/instances_train.json) come from disjoint parts of
 one seeded shuffle of all 512 3x3 grids. Experiments are difficulty levels by how close the two distractors are
-to the target: random grids (easy), 2 cells changed (medium), 1 cell changed (hard).
+to the target: random grids (easy), 2 cells changed (medium), 1 cell changed (hard). Within an experiment the
+target's position is balanced over first/second/third for each player, so no position is a shortcut to reward.
 """
 import random
 from pathlib import Path
@@ -33,6 +34,19 @@ def distractor(target: int, n_changed: int | None, rng: random.Random) -> int:
     return target
 
 
+def balanced(n: int, rng: random.Random) -> list[int]:
+    """n target positions, each of 0, 1, 2 as often as n allows, in random order."""
+    positions = [i % 3 for i in range(n)]
+    rng.shuffle(positions)
+    return positions
+
+
+def placed(target: int, distractors: list[int], position: int, rng: random.Random) -> list[int]:
+    order = rng.sample(distractors, 2)
+    order.insert(position, target)
+    return order
+
+
 class ReferenceGameInstanceGenerator(GameInstanceGenerator):
 
     def __init__(self):
@@ -52,16 +66,16 @@ class ReferenceGameInstanceGenerator(GameInstanceGenerator):
         for name, n_changed in EXPERIMENTS.items():
             experiment = self.add_experiment(name)
             experiment["distractor_distance"] = n_changed or "random"
-            for _ in range(per_experiment):
+            giver_positions, follower_positions = balanced(per_experiment, rng), balanced(per_experiment, rng)
+            for giver_at, follower_at in zip(giver_positions, follower_positions):
                 target = next(targets)
                 grids = {target}
                 while len(grids) < 3:  # two distinct distractors
                     grids.add(distractor(target, n_changed, rng))
-                giver_order = sorted(grids)
-                rng.shuffle(giver_order)
-                follower_order = giver_order[:]
+                giver_order = placed(target, sorted(grids - {target}), giver_at, rng)
+                follower_order = giver_order
                 while follower_order == giver_order:  # the giver is told the follower's order differs
-                    rng.shuffle(follower_order)
+                    follower_order = placed(target, sorted(grids - {target}), follower_at, rng)
                 giver_grids = [to_grid(g) for g in giver_order]
                 follower_grids = [to_grid(g) for g in follower_order]
                 instance = self.add_game_instance(experiment, game_id)
