@@ -131,7 +131,7 @@ class Conversation:
 
     def prepare(self, perspective: list[dict]) -> Sequence:
         """Take the player's view before a reply; append what is new to the token sequence."""
-        msgs = _plain(ensure_alternating_roles(perspective))
+        msgs = ensure_alternating_roles(_plain(perspective))  # plain first: clemcore deep-copies what it gets
         n = len(self.clean)
         if self.seq is not None and len(msgs) == n + 1 and msgs[:n] == self.clean and msgs[-1]["role"] == "user":
             suffix = self.policy.suffix_after_reply(self.messages, msgs[-1], self.last_stopped)

@@ -35,6 +35,7 @@ class LocalPolicy:
         self.stop_ids = _stop_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.stop_ids)
         self._eos_texts = {tokenizer.convert_ids_to_tokens(i): i for i in self.stop_ids}
+        self._encoded: dict[str, tuple[int, ...]] = {}  # the episodes of a group start from the same prompt
 
     def __repr__(self):
         return f"LocalPolicy({self.name!r})"
@@ -59,8 +60,13 @@ class LocalPolicy:
                                                   tokenize=False, **self.chat_template_kwargs)
 
     def encode(self, text: str) -> list[int]:
-        # the template already holds any BOS token, exactly as clemcore's huggingface backend tokenizes
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = self._encoded.get(text)
+        if ids is None:
+            if len(self._encoded) >= 4096:
+                self._encoded.clear()
+            # the template already holds any BOS token, exactly as clemcore's huggingface backend tokenizes
+            ids = self._encoded[text] = tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return list(ids)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
