@@ -39,11 +39,14 @@ def plot(results: dict, out: Path) -> None:
 
     names = list(results)
     colors = ["#999999" if n.startswith("untrained") else "#3b7dd8" for n in names]
-    fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(names), 3.2))
-    bars = ax.bar([n.replace(" ", "\n") for n in names], [results[n]["clemscore"] for n in names], color=colors)
-    ax.bar_label(bars, fmt="%.1f")
-    ax.set_ylabel("clemscore (validation)")
-    ax.set_title("untrained vs trained")
+    labels = [n.replace(" ", "\n") for n in names]
+    fig, axes = plt.subplots(1, 2, figsize=(2.4 + 2.0 * len(names), 3.4))
+    for ax, key, title in ((axes[0], "clemscore", "clemscore"), (axes[1], "played", "% played")):
+        bars = ax.bar(labels, [results[n][key] for n in names], color=colors)
+        ax.bar_label(bars, fmt="%.1f")
+        ax.set_ylim(0, max(100.0 if key == "played" else 0.0, *(results[n][key] for n in names)) * 1.15 or 1)
+        ax.set_title(f"{title} (validation)")
+    fig.suptitle("untrained vs trained, playpen eval")
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
