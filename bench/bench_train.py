@@ -4,8 +4,9 @@
 
 1. GRPO step time outside generation and the optimizer step (target ≤ 5 %). A real `playpen train grpo` run on
    playpen-tiny (LoRA, self-play) with timers around: token generation (the engine's batched sampling),
-   training compute (TRL's policy forward+loss, backward, optimizer step, and the old/reference log-prob
-   forwards the loss needs). Everything else in a step is overhead: game-master logic, scoring, records,
+   training compute (TRL's policy forward+loss, backward, the optimizer step as the Trainer takes it: gradient
+   clipping, AdamW, LR schedule, zeroing the gradients; the old/reference log-prob forwards the loss needs).
+   Everything else in a step is overhead: game-master logic, chat templates and tokenization, scoring, records,
    rewards, padding, TRL and playpen bookkeeping, metrics and checkpoints. The first step (warm-up) is left out.
 2. Peak RSS of QLoRA-4bit vs full fine-tuning of the same model (target ≤ 0.4×): a Llama built locally with
    playpen-tiny's tokenizer and a bigger config (no hub here), 2 SFT steps each, each in a fresh process;
@@ -72,6 +73,7 @@ class Timers:
 
 def bench_grpo(args, storage: Path) -> dict:
     import torch
+    import transformers
     import trl
     from transformers import TrainerCallback
 
@@ -84,7 +86,11 @@ def bench_grpo(args, storage: Path) -> dict:
     cls = trl.GRPOTrainer
     timers.wrap(cls, "compute_loss", "train_compute")
     timers.wrap(cls, "_get_per_token_logps_and_entropies", "train_compute")
+    # the optimizer step as the Trainer takes it: clip gradients, AdamW, LR schedule, zero the gradients
     timers.wrap(torch.optim.AdamW, "step", "train_compute")
+    timers.wrap(transformers.Trainer, "_clip_grad_norm", "train_compute")
+    timers.wrap(torch.optim.lr_scheduler.LRScheduler, "step", "train_compute")
+    timers.wrap(torch.nn.Module, "zero_grad", "train_compute")
     import accelerate
 
     timers.wrap(accelerate.Accelerator, "backward", "train_compute")
@@ -223,7 +229,7 @@ def report(grpo_result: dict | None, rss: dict | None, args) -> str:
                   f"step (groups of {args.group_size}), {g['steps']} measured steps (first step = warm-up, left out).",
                   "", "| part | seconds | share |", "|---|---:|---:|"]
         for key, label in (("generation", "token generation (engine sampling)"),
-                           ("train_compute", "training compute (policy fwd+loss, backward, AdamW, old/ref logps)"),
+                           ("train_compute", "training compute (policy fwd+loss, backward, optimizer step, old/ref logps)"),
                            ("other", "everything else (game logic, scoring, records, rewards, bookkeeping)")):
             lines.append(f"| {label} | {g[key]:.2f} | {100 * g[key] / g['total']:.1f} % |")
         lines += [f"| step total | {g['total']:.2f} | 100 % |", "",

@@ -153,6 +153,32 @@ def test_play_wordle_returns_contract_episodes(policy, tiny):
     assert episodes[0].completion_ids == episodes[1].completion_ids
 
 
+@pytest.mark.parametrize("shout", [False, True], ids=["verbatim-template", "template-rewrites-user-text"])
+def test_kept_template_suffixes_equal_full_renders(tiny, shout):
+    """suffix_after_reply keeps a suffix per role sequence with a placeholder for the next message; whatever it
+    returns must equal rendering the whole conversation, also for texts with edge whitespace and for a template
+    that rewrites user text (there the check fails once and every later call renders)."""
+    import copy
+
+    model, tokenizer = tiny
+    if shout:
+        tokenizer = copy.deepcopy(tokenizer)
+        tokenizer.chat_template = tokenizer.chat_template.replace("message['content'] + '<|im_end|>' }}{%- endif",
+                                                                  "message['content'] | upper + '<|im_end|>' }}{%- endif")
+    fresh, kept = LocalPolicy(model, tokenizer), LocalPolicy(model, tokenizer)
+    conversation = [{"role": "user", "content": "Guess a word."}, {"role": "assistant", "content": "GUESS: crane"}]
+    nexts = ["feedback: c<red> r<red>", "  padded feedback\n", "feedback: a<green>", "", None]
+    for turn in range(3):
+        for text in nexts:
+            message = None if text is None else {"role": "user", "content": text}
+            for stopped in (True, False):
+                expected = fresh._render_suffix(conversation, message, stopped)
+                assert kept.suffix_after_reply(conversation, message, stopped) == expected
+        conversation += [{"role": "user", "content": f"feedback {turn}"}, {"role": "assistant", "content": "GUESS: slate"}]
+    with_text = [v for (roles, next_role, stopped), v in kept._suffixes.items() if next_role is not None]
+    assert with_text and all(v is None for v in with_text) if shout else all(kept._suffixes.values())
+
+
 def test_play_restores_training_mode_and_works_on_peft_models(tiny):
     from peft import LoraConfig, get_peft_model
 

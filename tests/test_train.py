@@ -206,6 +206,9 @@ def fails(capsys, storage: Path, argv: list[str]) -> str:
     (["train", "ppo"], "unknown method 'ppo'; choose one of: sft, dpo, grpo"),
     (["train", "sft", "experiment=x", "data=missing.jsonl"], "data file missing.jsonl not found"),
     (["train", "sft", "experiment=x", "trainer.max_stepz=3"], "unknown key 'max_stepz'; did you mean max_steps"),
+    # the documented form: overrides after --config reach the config
+    (["train", "sft", "--config", str(REPO / "configs/sft/tiny_lora.yaml"), "experiment=x", "trainer.max_stepz=3"],
+     "unknown key 'max_stepz'; did you mean max_steps"),
     (["train", "grpo", "experiment=x", "game=taboo", "self_play=false"], "it needs a teacher"),
     (["train", "grpo", "experiment=x", "game=nogame"], "unknown game 'nogame'"),
     (["train", "grpo", "experiment=x", "game=taboo", "teacher=gpt-4o-mini"],

@@ -16,6 +16,8 @@ from clemcore import backends
 from clemcore.backends.utils import ensure_alternating_roles
 
 BACKEND_NAME = "playpen_local"
+_REPLY = "\u2063PLAYPEN_REPLY\u2063"  # sentinels no game text contains (U+2063, invisible separator)
+_CONTENT = "\u2063PLAYPEN_CONTENT\u2063"
 
 
 class LocalPolicy:
@@ -36,6 +38,7 @@ class LocalPolicy:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.stop_ids)
         self._eos_texts = {tokenizer.convert_ids_to_tokens(i): i for i in self.stop_ids}
         self._encoded: dict[str, tuple[int, ...]] = {}  # the episodes of a group start from the same prompt
+        self._suffixes: dict[tuple, str] = {}  # see suffix_after_reply
 
     def __repr__(self):
         return f"LocalPolicy({self.name!r})"
@@ -74,16 +77,36 @@ class LocalPolicy:
     def suffix_after_reply(self, messages: list[dict], next_message: dict | None, reply_ended_with_stop: bool) -> str:
         """Template text that follows the last assistant reply: its end-of-turn marker, then (if given) the next
         user message and the generation prompt. Found by rendering the conversation with a sentinel reply, so it
-        works for any template that renders earlier turns verbatim."""
-        sentinel = "\u2063PLAYPEN_REPLY\u2063"
-        probe = [*messages[:-1], {"role": "assistant", "content": sentinel}]
+        works for any template that renders earlier turns verbatim.
+
+        Rendering the whole conversation every turn is the engine's largest cost outside generation, so the
+        suffix is kept per (roles so far, next role) with a placeholder for the next message's text. A kept
+        suffix is used only where it was checked against a full render once and the text has no edge
+        whitespace (templates may trim it); otherwise the conversation is rendered."""
+        content = next_message.get("content") if next_message is not None else None
+        key = (tuple(m["role"] for m in messages), next_message and next_message["role"], reply_ended_with_stop)
+        usable = content is None or (isinstance(content, str) and content == content.strip()
+                                     and _CONTENT not in content)
+        cached = self._suffixes.get(key) if usable else None
+        if cached is not None:
+            return cached.replace(_CONTENT, content) if content is not None else cached
+        suffix = self._render_suffix(messages, next_message, reply_ended_with_stop)
+        if usable and key not in self._suffixes:  # None marks a key whose check failed: always rendered
+            placeholder = None if content is None else {**next_message, "content": _CONTENT}
+            kept = self._render_suffix(messages, placeholder, reply_ended_with_stop) if placeholder else suffix
+            agrees = (kept.replace(_CONTENT, content) if content is not None else kept) == suffix
+            self._suffixes[key] = kept if agrees else None
+        return suffix
+
+    def _render_suffix(self, messages: list[dict], next_message: dict | None, reply_ended_with_stop: bool) -> str:
+        probe = [*messages[:-1], {"role": "assistant", "content": _REPLY}]
         if next_message is not None:
             probe.append(next_message)
         text = self.render(probe, add_generation_prompt=next_message is not None)
-        at = text.rfind(sentinel)
+        at = text.rfind(_REPLY)
         if at < 0:
             raise ValueError("the chat template does not render the assistant reply verbatim")
-        suffix = text[at + len(sentinel):]
+        suffix = text[at + len(_REPLY):]
         if reply_ended_with_stop:
             for eos_text in self._eos_texts:
                 if eos_text and suffix.startswith(eos_text):

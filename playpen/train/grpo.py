@@ -42,6 +42,7 @@ class GameRollouts:
         self.counters = {k: session.state.get(k, 0) for k in ("episodes", "rollouts")}
         self.timing = {"rollout_seconds": 0.0}
         self._writing = None  # the engine whose records are still being written, while the step trains
+        self._policy = None
 
     def state(self) -> dict:
         return dict(self.counters)
@@ -53,8 +54,7 @@ class GameRollouts:
             self._writing = None
 
     def rollout(self, prompts: list[str], trainer) -> dict:
-        from playpen.rollout import LocalPolicy, RolloutEngine
-        from trl.models import unwrap_model_for_generation
+        from playpen.rollout import RolloutEngine
 
         started = time.perf_counter()
         self.finish_records()
@@ -67,10 +67,9 @@ class GameRollouts:
         else:  # a group split across processes: one episode per prompt
             chosen, group = [self.instances[i] for i in indices], 1
         tag = rollouts.records_tag("step", trainer.state.global_step, session.rank, session.world_size)
-        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
-                                         gather_deepspeed3_params=trainer.args.ds3_gather_for_generation) as model:
+        with rollouts.model_for_play(trainer) as model:
             was_training = model.training
-            policy = LocalPolicy(model, session.tokenizer, name=cfg.model.replace("/", "_"))
+            policy = self.policy(model)
             # seeded by (seed, rollout number, rank): a resumed run replays exactly the rollouts it lost
             seed = (cfg.seed * 1_000_003 + self.counters["rollouts"]) * 1_009 + session.rank
             engine = RolloutEngine(learner=policy, teacher=self.teacher, max_new_tokens=cfg.max_new_tokens,
@@ -94,6 +93,14 @@ class GameRollouts:
             "episode": [{"reward": float(e.reward), "score": rollouts.main_score(e), "aborted": bool(e.aborted),
                          "success": bool(e.success), "turns": int(e.num_turns)} for e in episodes],
         }
+
+    def policy(self, model):
+        """One LocalPolicy per model for the whole run: it keeps tokenizations and template renderings."""
+        from playpen.rollout import LocalPolicy
+
+        if self._policy is None or self._policy.model is not model:
+            self._policy = LocalPolicy(model, self.session.tokenizer, name=self.cfg.model.replace("/", "_"))
+        return self._policy
 
     def trained_seat(self, episode, j: int):
         """The token sequence trained for the j-th episode: with several learner seats (self-play of a 2-player
@@ -143,15 +150,12 @@ def _validation_callback(session: Session, metrics, val_instances: list, teacher
         def validate(self, step: int) -> None:
             import torch.distributed as dist
             from playpen.rollout import LocalPolicy
-            from trl.models import unwrap_model_for_generation
 
             if step in done:
                 return
             done.add(step)
             shard = val_instances[session.rank::session.world_size]
-            trainer = self.trainer
-            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
-                                             gather_deepspeed3_params=trainer.args.ds3_gather_for_generation) as m:
+            with rollouts.model_for_play(self.trainer) as m:
                 was_training = m.training
                 m.eval()
                 policy = LocalPolicy(m, session.tokenizer, name=cfg.model.replace("/", "_"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +81,22 @@ def load_teacher(cfg: GameConfig):
             model.to(f"cuda:{builders.dist_info()[2]}")
         return LocalPolicy(model, builders.load_tokenizer(spec["huggingface_id"]), name=spec["model_name"])
     return builders.load_clemcore_model(spec, cfg.max_new_tokens, 0.0)
+
+
+@contextmanager
+def model_for_play(trainer):
+    """The model a TRL trainer is training, ready for the rollout engine. Under DeepSpeed or FSDP through TRL's
+    unwrap context (ZeRO-3 gathers the parameters); otherwise the trainer's own unwrapped module: TRL's context
+    would toggle gradient checkpointing and look packages up on every rollout (about 1 % of a GRPO step on
+    playpen-tiny), while the engine generates in eval mode, where checkpointing is off anyway."""
+    if trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled:
+        from trl.models import unwrap_model_for_generation
+
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator,
+                                         gather_deepspeed3_params=trainer.args.ds3_gather_for_generation) as model:
+            yield model
+    else:
+        yield trainer.model
 
 
 def select_instances(cfg: GameConfig, split: str, limit: int | None):
