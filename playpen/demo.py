@@ -4,12 +4,14 @@
 
 Run after `python -m playpen.submit grpo --config ... --wait` (what `make demo` does). It finds the run dir the
 same way the trainer does (config hash), evaluates the base model and the run's registered adapter on the
-validation instances of the run's game with `playpen eval`, prints both and plots them beside the learning curve.
+validation instances of the run's game with `playpen eval` (greedy, and `--samples` times at the rollout
+temperature), prints both and plots them beside the learning curve.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -31,6 +33,23 @@ def run_dir_for(method: str, config: str, overrides: list[str]) -> tuple[RunDir,
     return run, cfg
 
 
+SAMPLES = 10  # evaluations at the rollout temperature, each with its own sampling seed
+
+
+def pooled(vals: list[dict], game: str) -> dict:
+    """K evaluations of the same instances (other sampling seeds) as one evaluation of all their episodes; the
+    standard error of clemscore across the K says how much of a difference is noise."""
+    rows = [v["games"][game] for v in vals]
+    episodes = sum(r["episodes"] for r in rows)
+    played_n = [r["played"] * r["episodes"] / 100 for r in rows]
+    played = 100 * sum(played_n) / episodes
+    quality = sum((r["quality"] or 0.0) * n for r, n in zip(rows, played_n)) / sum(played_n) if sum(played_n) else 0.0
+    per_seed = [r["clemscore"] for r in rows]
+    se = statistics.stdev(per_seed) / len(per_seed) ** 0.5 if len(per_seed) > 1 else 0.0
+    return {"clemscore": played * quality / 100, "played": played, "quality": quality, "episodes": episodes,
+            "clemscore_se": se, "seeds": len(rows)}
+
+
 def plot(results: dict, out: Path) -> None:
     import matplotlib
 
@@ -42,11 +61,12 @@ def plot(results: dict, out: Path) -> None:
     labels = [n.replace(" ", "\n") for n in names]
     fig, axes = plt.subplots(1, 2, figsize=(2.4 + 2.0 * len(names), 3.4))
     for ax, key, title in ((axes[0], "clemscore", "clemscore"), (axes[1], "played", "% played")):
-        bars = ax.bar(labels, [results[n][key] for n in names], color=colors)
-        ax.bar_label(bars, fmt="%.1f")
+        errors = [results[n]["clemscore_se"] for n in names] if key == "clemscore" else None
+        bars = ax.bar(labels, [results[n][key] for n in names], color=colors, yerr=errors, capsize=4)
+        ax.bar_label(bars, fmt="%.1f", label_type="center", color="white")
         ax.set_ylim(0, max(100.0 if key == "played" else 0.0, *(results[n][key] for n in names)) * 1.15 or 1)
         ax.set_title(f"{title} (validation)")
-    fig.suptitle("untrained vs trained, playpen eval")
+    fig.suptitle("untrained vs trained, playpen eval (error bars: s.e. over sampling seeds)", fontsize=9)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
@@ -56,37 +76,40 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True)
     parser.add_argument("--method", default="grpo")
+    parser.add_argument("--samples", type=int, default=SAMPLES,
+                        help="evaluations at the rollout temperature, one per sampling seed (default: %(default)s)")
     parser.add_argument("overrides", nargs="*", help="the same key=value overrides given to submit")
     args = parser.parse_args(argv)
     try:
         from playpen.eval import evaluate
 
+        if args.samples < 1:
+            raise PlaypenError(f"--samples must be >= 1, got {args.samples}")
         run, cfg = run_dir_for(args.method, args.config, args.overrides)
         trained = json.loads((run.path / "model_registry.json").read_text())[-1]["model_name"]
-        # greedy is clemscore's protocol; the rollout temperature shows what RL changed in the sampled policy
+        # greedy is clemscore's protocol (one play per instance); the rollout temperature shows what RL changed
+        # in the sampled policy, played `samples` times per instance so that a difference is not sampling noise
         temperatures = sorted({0.0, float(cfg.validation_temperature or 0.0)})
-        results = {}
+        summary = {}
         for temperature in temperatures:
             for name, model in (("untrained", cfg.model), ("trained", str(run.path))):
-                results[(name, temperature)] = evaluate(
-                    model, games=[cfg.game], max_tokens=cfg.max_new_tokens, temperature=temperature,
-                    results_dir=run.path / "eval" / f"{name}-T{temperature:g}")
+                vals = [evaluate(model, games=[cfg.game], max_tokens=cfg.max_new_tokens, temperature=temperature,
+                                 seed=seed, results_dir=run.path / "eval" / f"{name}-T{temperature:g}-seed{seed}")
+                        for seed in range(args.samples if temperature > 0 else 1)]
+                # the game's own clemscore: val.json files a static game under statscore, not clemscore
+                summary[f"{name} T={temperature:g}"] = {
+                    "model": cfg.model if name == "untrained" else trained, "temperature": temperature,
+                    **pooled(vals, cfg.game)}
     except PlaypenError as e:
         print(f"playpen: error: {e}", file=sys.stderr)
         return 2
-    # the game's own clemscore (% played × quality): val.json files a static game under statscore, not clemscore
-    summary = {f"{name} T={temperature:g}": {"model": cfg.model if name == "untrained" else trained,
-                                             "temperature": temperature,
-                                             **{k: r["games"][cfg.game][k]
-                                                for k in ("clemscore", "played", "quality", "episodes")}}
-               for (name, temperature), r in results.items()}
     atomic_write_json(run.path / "demo_eval.json", summary)
     plot(summary, run.path / PLOT_FILE)
-    episodes = next(iter(summary.values()))["episodes"]
-    print(f"\n[demo] playpen eval on {cfg.game} validation, {episodes} episodes each")
+    print(f"\n[demo] playpen eval on {cfg.game} validation ({len(summary) // 2} temperatures, untrained vs trained)")
     for name, row in summary.items():
-        print(f"[demo] {name:15s} {row['model']:36s} clemscore {row['clemscore']:6.2f}  "
-              f"played {row['played']:6.2f}%  quality {row['quality']:6.2f}")
+        spread = f" ± {row['clemscore_se']:4.2f}" if row["seeds"] > 1 else " " * 7
+        print(f"[demo] {name:15s} {row['model']:32s} clemscore {row['clemscore']:6.2f}{spread}  "
+              f"played {row['played']:6.2f}%  quality {row['quality']:6.2f}  ({row['episodes']} episodes)")
     print(f"[demo] run dir {run.path}: learning curve, {PLOT_FILE}, playpen-records/, checkpoints/")
     return 0
 

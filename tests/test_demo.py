@@ -23,7 +23,8 @@ def test_demo_chain_trains_registers_and_compares_on_validation(tmp_path):
                              "local", "--wait", *SHORT], cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=600)
     assert submit.returncode == 0, submit.stdout[-2000:] + submit.stderr[-2000:]
-    demo = subprocess.run([sys.executable, "-m", "playpen.demo", "--config", config, *SHORT], cwd=tmp_path, env=env,
+    demo = subprocess.run([sys.executable, "-m", "playpen.demo", "--config", config, "--samples", "2", *SHORT],
+                          cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
     assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
 
@@ -36,6 +37,27 @@ def test_demo_chain_trains_registers_and_compares_on_validation(tmp_path):
     trained = json.loads((run / "model_registry.json").read_text())[-1]["model_name"]
     for name, row in summary.items():
         assert row["model"] == ("playpen-tiny" if name.startswith("untrained") else trained)
-        assert row["episodes"] == 60 and 0 <= row["clemscore"] <= 100  # every referencegame validation instance
+        # every referencegame validation instance: once greedy, once per sampling seed at the rollout temperature
+        sampled = row["temperature"] > 0
+        assert row["episodes"] == 60 * (2 if sampled else 1) and row["seeds"] == (2 if sampled else 1)
+        assert 0 <= row["clemscore"] <= 100 and (row["clemscore_se"] > 0) == sampled
         assert row["clemscore"] == pytest.approx(row["played"] * row["quality"] / 100, abs=0.01)  # val.json rounds
         assert f"[demo] {name}" in demo.stdout
+    # the sampling seeds really play other episodes: the two evaluations' records differ
+    seeds = [json.loads(next((run / "eval" / f"untrained-T1.3-seed{k}").rglob("playpen-tiny.val.json")).read_text())
+             for k in (0, 1)]
+    assert seeds[0]["games"] != seeds[1]["games"]
+
+
+def test_pooled_evaluations_are_one_evaluation_of_all_episodes():
+    from playpen.demo import pooled
+
+    vals = [{"games": {"g": {"episodes": 60, "played": 75.0, "quality": 40.0, "clemscore": 30.0}}},
+            {"games": {"g": {"episodes": 60, "played": 100.0, "quality": 25.0, "clemscore": 25.0}}}]
+    row = pooled(vals, "g")
+    # 45 + 60 played episodes, quality (45*40 + 60*25) / 105
+    assert row["episodes"] == 120 and row["played"] == pytest.approx(87.5)
+    assert row["quality"] == pytest.approx(3300 / 105) and row["clemscore"] == pytest.approx(0.875 * 3300 / 105)
+    assert row["clemscore_se"] == pytest.approx(2.5) and row["seeds"] == 2
+    nothing_played = pooled([{"games": {"g": {"episodes": 5, "played": 0.0, "quality": None, "clemscore": 0.0}}}], "g")
+    assert nothing_played["clemscore"] == 0.0 and nothing_played["clemscore_se"] == 0.0

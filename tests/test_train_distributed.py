@@ -1,4 +1,4 @@
-"""DeepSpeed ZeRO-2 and ZeRO-3 under `torchrun --nproc_per_node 2` (gloo on CPU), through the real CLI.
+"""DeepSpeed ZeRO-2 and ZeRO-3, and plain DDP, under `torchrun --nproc_per_node 2` (gloo on CPU), through the real CLI.
 The first DeepSpeed run on a machine compiles a helper op (~35 s), cached in ~/.cache/torch_extensions."""
 from __future__ import annotations
 
@@ -63,9 +63,11 @@ def test_sft_lora_zero3_two_processes(tmp_path, sft_data):
 
 
 @pytest.mark.slow
-def test_grpo_zero2_two_processes(tmp_path):
+@pytest.mark.parametrize("deepspeed", ["configs/deepspeed/zero2.json", "null"], ids=["zero2", "ddp"])
+def test_grpo_two_processes(tmp_path, deepspeed):
+    """ZeRO-2 plays through TRL's unwrap context; plain DDP (gloo) plays the trainer's own module."""
     torchrun(tmp_path, "grpo", "experiment=z2", "game=arithmetic", "instances=4", "group_size=2",
-             "max_new_tokens=8", "deepspeed=configs/deepspeed/zero2.json", "trainer.max_steps=2",
+             "max_new_tokens=8", f"deepspeed={deepspeed}", "trainer.max_steps=2",
              "trainer.per_device_train_batch_size=2")
     run = run_dir(tmp_path, "z2")
     rows = [r for r in read_jsonl(run / "metrics.jsonl") if "reward" in r]

@@ -33,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "clemcore's runner (every backend; auto's choice for API models)")
     parser.add_argument("-b", "--batch_size", type=int, default=DEFAULT_BATCH_SIZE,
                         help="episodes generated together (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="sampling seed of the rollout engine when -T > 0 (default: %(default)s)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -41,6 +43,6 @@ def main(args: argparse.Namespace) -> int:
     val = evaluate(args.model, games=args.games, results_dir=args.results_dir, skip_gameplay=args.skip_gameplay,
                    suite=args.suite, max_tokens=args.max_tokens, temperature=args.temperature,
                    instances=args.instances, batch_size=args.batch_size, instance_set=args.instance_set,
-                   player=args.player)
+                   player=args.player, seed=args.seed)
     print(format_val(val))
     return 0

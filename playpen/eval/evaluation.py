@@ -110,9 +110,10 @@ class ClemcorePlayer:
     """Plays through clemcore's own runner (batchwise when batch_size > 1 and the backend batches): works for
     every clemcore backend (API models included). The model is loaded once, on the first game."""
 
-    def __init__(self, spec: dict, max_tokens: int, temperature: float, batch_size: int):
+    def __init__(self, spec: dict, max_tokens: int, temperature: float, batch_size: int, seed: int = 0):
         self.spec, self.batch_size = spec, batch_size
         self.max_tokens, self.temperature = max_tokens, temperature
+        self.seed = seed  # the rollout engine's sampling seed; clemcore's backends sample unseeded
         self._model = None
 
     @property
@@ -171,13 +172,14 @@ class EnginePlayer(ClemcorePlayer):
             policy = LocalPolicy(hf.model, hf.tokenizer, name=self.spec["model_name"],
                                  chat_template_kwargs=hf.chat_template_kwargs)
             self._engine = RolloutEngine(policy, None, max_new_tokens=self.max_tokens, temperature=self.temperature,
-                                         batch_size=self.batch_size, progress=True, seed=0)
+                                         batch_size=self.batch_size, progress=True, seed=self.seed)
         wanted = set(pairs)
         rows = [(e, i) for e, i in read_instances(instances_file) if (e["name"], i["game_id"]) in wanted]
         self._engine.play(entry, rows, records_dir=results_dir)
 
 
-def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int, player: str = "auto"):
+def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int, player: str = "auto",
+                seed: int = 0):
     """The rollout engine for local Hugging Face models (when playpen.rollout is installed), clemcore's runner
     for everything else; `player` forces one."""
     if player not in PLAYERS:
@@ -192,8 +194,8 @@ def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int
         except ImportError:
             local = False
     if player == "engine" or (player == "auto" and local):
-        return EnginePlayer(spec, max_tokens, temperature, batch_size)
-    return ClemcorePlayer(spec, max_tokens, temperature, batch_size)
+        return EnginePlayer(spec, max_tokens, temperature, batch_size, seed)
+    return ClemcorePlayer(spec, max_tokens, temperature, batch_size, seed)
 
 
 def _ensure_tiny_weights(spec: dict) -> None:
@@ -263,14 +265,15 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
              skip_gameplay: bool = False, suite: str = "all", max_tokens: int = DEFAULT_MAX_TOKENS,
              temperature: float = DEFAULT_TEMPERATURE, instances: int | None = None,
              batch_size: int = DEFAULT_BATCH_SIZE, instance_set: str = "validation", player: str = "auto",
-             log=_stderr) -> dict:
+             seed: int = 0, log=_stderr) -> dict:
     """Play (unless skip_gameplay), score, and write `<results_dir>/<model>.val.json` + results.csv/html.
 
     Returns the val.json dict (clemscore, statscore, games{name: played/quality/clemscore/...}, results_dir).
     Games played now replace that game's earlier results for this model in `results_dir`; the scores are then
     recomputed over every game of the model recorded there. `instances` caps episodes per game (round-robin over
     experiments); `instance_set` is validation (default), train, or an instances file name of the game;
-    `player` is auto (rollout engine for local HF models, clemcore's runner otherwise), engine or clemcore.
+    `player` is auto (rollout engine for local HF models, clemcore's runner otherwise), engine or clemcore;
+    `seed` seeds the rollout engine's sampling (temperature > 0: another seed plays other episodes).
     """
     started = time.time()
     if suite not in SUITES:
@@ -297,7 +300,7 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
         entries = select_games(games, suite)
         plan = [(e, instances_path(e, instance_set)) for e in entries]  # all checked before the model loads
         plan = [(e, path, select_instances(path, instances)) for e, path in plan]
-        runner = make_player(spec, max_tokens, temperature, batch_size, player)
+        runner = make_player(spec, max_tokens, temperature, batch_size, player, seed)
         for entry, path, pairs in plan:
             game_dir = results / folder / entry.name
             shutil.rmtree(game_dir, ignore_errors=True)
@@ -306,7 +309,7 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
             runner.play(entry, path, pairs, results)
             atomic_write_json(game_dir / GAME_META, {
                 "game": entry.name, "instances": len(pairs), "instance_set": instance_set,
-                "max_tokens": max_tokens, "temperature": temperature, "player": type(runner).__name__,
+                "max_tokens": max_tokens, "temperature": temperature, "seed": seed, "player": type(runner).__name__,
                 "seconds": round(time.time() - game_started, 1)})
     empty = []
     for entry in entries:
