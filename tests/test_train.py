@@ -4,6 +4,7 @@ before anything is written. DeepSpeed under torchrun lives in test_train_distrib
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -85,6 +86,18 @@ def test_qlora_4bit_sft(storage, data):
                 "trainer.max_steps=2", "trainer.per_device_train_batch_size=4")
     assert len(losses(run)) == 2
     assert registry(run)["model_config"]["load_in_4bit"] is True
+
+
+@pytest.mark.parametrize("method, bits", [("sft", "8bit"), ("dpo", "8bit"), ("grpo", "4bit")])
+def test_quantized_lora_for_every_method(storage, data, method, bits):
+    """QLoRA is a loading option of every recipe: the base model in bitsandbytes 4/8-bit, LoRA on top. GRPO plays
+    its rollouts with the quantized model before the first optimizer step."""
+    source = {"sft": [f"data={data['sft']}"], "dpo": [f"data={data['prefs']}"],
+              "grpo": ["game=arithmetic", *GRPO_SMALL]}[method]
+    run = train(method, storage, f"experiment=q-{method}", *source, f"quantization={bits}", "trainer.max_steps=2",
+                *(["trainer.per_device_train_batch_size=4"] if method != "grpo" else []))
+    assert [step for step, loss in losses(run)] == [1, 2] and all(math.isfinite(loss) for _, loss in losses(run))
+    assert registry(run)["model_config"][f"load_in_{bits}"] is True
 
 
 def test_resume_gives_the_same_losses_as_an_uninterrupted_run(storage, data):
