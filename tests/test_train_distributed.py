@@ -63,6 +63,23 @@ def test_sft_lora_zero3_two_processes(tmp_path, sft_data):
 
 
 @pytest.mark.slow
+def test_dpo_static_zero3_two_processes(tmp_path):
+    """DPO's policy and (adapter-off) reference under ZeRO-3: every method runs under both DeepSpeed configs."""
+    prefs = tmp_path / "prefs.jsonl"
+    with prefs.open("w") as f:
+        for word in ["apple", "crane", "slate", "house"] * 4:
+            f.write(json.dumps({"prompt": [{"role": "user", "content": "Reply only with: GUESS: <word>"}],
+                                "chosen": [{"role": "assistant", "content": f"GUESS: {word}"}],
+                                "rejected": [{"role": "assistant", "content": "maybe a word"}]}) + "\n")
+    torchrun(tmp_path, "dpo", "experiment=dpo-z3", f"data={prefs}", "deepspeed=configs/deepspeed/zero3.json",
+             "trainer.max_steps=2", "trainer.per_device_train_batch_size=2")
+    run = run_dir(tmp_path, "dpo-z3")
+    rows = [r for r in read_jsonl(run / "metrics.jsonl") if "loss" in r]
+    assert [r["step"] for r in rows] == [1, 2] and "rewards/margins" in rows[0]
+    assert (run / "final" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("deepspeed", ["configs/deepspeed/zero2.json", "null"], ids=["zero2", "ddp"])
 def test_grpo_two_processes(tmp_path, deepspeed):
     """ZeRO-2 plays through TRL's unwrap context; plain DDP (gloo) plays the trainer's own module."""
