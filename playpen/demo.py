@@ -33,7 +33,7 @@ def run_dir_for(method: str, config: str, overrides: list[str]) -> tuple[RunDir,
     return run, cfg
 
 
-SAMPLES = 10  # evaluations at the rollout temperature, each with its own sampling seed
+SAMPLES = 50  # evaluations at the rollout temperature, each with its own sampling seed (50 x 60 = 3,000 episodes)
 
 
 def pooled(vals: list[dict], game: str) -> dict:
@@ -61,7 +61,8 @@ def plot(results: dict, out: Path) -> None:
     labels = [n.replace(" ", "\n") for n in names]
     fig, axes = plt.subplots(1, 2, figsize=(2.4 + 2.0 * len(names), 3.4))
     for ax, key, title in ((axes[0], "clemscore", "clemscore"), (axes[1], "played", "% played")):
-        errors = [results[n]["clemscore_se"] for n in names] if key == "clemscore" else None
+        errors = [results[n]["clemscore_se"] if results[n]["seeds"] > 1 else float("nan") for n in names] \
+            if key == "clemscore" else None
         bars = ax.bar(labels, [results[n][key] for n in names], color=colors, yerr=errors, capsize=4)
         ax.bar_label(bars, fmt="%.1f", label_type="center", color="white")
         ax.set_ylim(0, max(100.0 if key == "played" else 0.0, *(results[n][key] for n in names)) * 1.15 or 1)
