@@ -183,8 +183,8 @@ NOTES = [
     "  engine's batching and scheduling are worth about as much as clemcore's batchwise runner.",
     "- The tiny model (~1M parameters) on CPU is compute-bound per token even at batch 1 on one thread, so",
     "  batching buys clemcore only ~2× over its sequential runner here; the engine's further gain is the tokens",
-    "  it does not re-encode. With 2 threads the machine is oversubscribed by other jobs and small ops stall on",
-    "  thread synchronisation: timings swing by 10× between rounds (see the ranges) and are not reliable.",
+    "  it does not re-encode. With 2 threads on a machine shared with other jobs small ops stall on thread",
+    "  synchronisation: under load timings swing by up to 10× between rounds; the ranges show how quiet this run was.",
     "",
 ]
 
