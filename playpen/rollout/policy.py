@@ -38,7 +38,7 @@ class LocalPolicy:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.stop_ids)
         self._eos_texts = {tokenizer.convert_ids_to_tokens(i): i for i in self.stop_ids}
         self._encoded: dict[str, tuple[int, ...]] = {}  # the episodes of a group start from the same prompt
-        self._suffixes: dict[tuple, str] = {}  # see suffix_after_reply
+        self._suffixes: dict[tuple, str | None] = {}  # see suffix_after_reply
 
     def __repr__(self):
         return f"LocalPolicy({self.name!r})"
@@ -84,7 +84,8 @@ class LocalPolicy:
         suffix is used only where it was checked against a full render once and the text has no edge
         whitespace (templates may trim it); otherwise the conversation is rendered."""
         content = next_message.get("content") if next_message is not None else None
-        key = (tuple(m["role"] for m in messages), next_message and next_message["role"], reply_ended_with_stop)
+        next_role = next_message["role"] if next_message is not None else None
+        key = (tuple(m["role"] for m in messages), next_role, reply_ended_with_stop)
         usable = content is None or (isinstance(content, str) and content == content.strip()
                                      and _CONTENT not in content)
         cached = self._suffixes.get(key) if usable else None
