@@ -212,7 +212,14 @@ def section(threads, plan, samples, n, load_before, load_after) -> list[str]:
         lines.append(f"| {label} | {batch} | {n / wall:.2f} [{n / slowest:.1f}–{n / fastest:.1f}] | "
                      f"{seq_wall / wall:.1f}× | {vs_batch} | {wall:.1f} | {cpu:.1f} | {tokens / n:,.0f} | "
                      f"{turns:.2f} | {aborted:.0%} | {same}/{len(reference)} |")
-    return lines + ["", "Ratios are ratios of median wall-clock times.", ""]
+    verdicts = []
+    for label, runner, batch, wall, *_ in runs:
+        clem_b = next((r[3] for r in runs if r[1] == "batchwise" and r[2] == batch), None)
+        if label == "playpen RolloutEngine" and clem_b:
+            met = lambda ratio, target: f"{ratio:.1f}× ({'met' if ratio >= target else 'MISSED'})"  # noqa: E731
+            verdicts.append(f"b={batch}: {met(seq_wall / wall, 10)} sequential, {met(clem_b / wall, 2)} batchwise")
+    return lines + ["", "Ratios are ratios of median wall-clock times. Targets (≥ 10× sequential, ≥ 2× clemcore "
+                    "batchwise), engine: " + "; ".join(verdicts) + ".", ""]
 
 
 if __name__ == "__main__":
