@@ -15,8 +15,8 @@ from clemcore.clemgame.runners import sequential
 from playpen import games
 from playpen.cli import main as cli
 from playpen.data import convert, episode_rows
+from tests.paths import CLEMBENCH_SAMPLE as FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "clembench-runs-sample"
 LLAMA = "Llama-3.3-70B-Instruct-t0.0--Llama-3.3-70B-Instruct-t0.0"
 
 

@@ -1,5 +1,5 @@
 """clemscore/statscore math against clemcore's own `clem eval` (clemeval.perform_evaluation) — on public
-clembench v2.0 records (/work/shared/fixtures/clembench-runs-sample) and on synthetic score files. Fast."""
+clembench v2.0 records (tests/data/clembench-runs-sample) and on synthetic score files. Fast."""
 from __future__ import annotations
 
 import contextlib
@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from playpen.eval.scoring import (GameSummary, aggregate_score, load_episode_scores, summarize, val_scores)
+from tests.paths import CLEMBENCH_SAMPLE as FIXTURES
 
-FIXTURES = Path(os.environ.get("PLAYPEN_CLEMBENCH_SAMPLE", "/work/shared/fixtures/clembench-runs-sample"))
 LLAMA = "Llama-3.3-70B-Instruct-t0.0--Llama-3.3-70B-Instruct-t0.0"
 QWEN = "Qwen2.5-72B-Instruct-t0.0--Qwen2.5-72B-Instruct-t0.0"
 
@@ -41,8 +41,6 @@ def taboo_scores(interactions: dict) -> dict:
 
 @pytest.fixture
 def sample(tmp_path) -> Path:
-    if not FIXTURES.is_dir():
-        pytest.skip(f"clembench sample not found at {FIXTURES}")
     root = tmp_path / "sample"
     shutil.copytree(FIXTURES, root)
     for interactions in root.glob("*/taboo/*/*/interactions.json"):

@@ -19,9 +19,9 @@ from clemcore.clemgame.runners import sequential
 from playpen import games
 from playpen.games.common import read_lines
 from playpen.registry import game_entries, resolve_model
+from tests.paths import CLEMBENCH_SAMPLE as FIXTURES
 
 GAMES = games.BUILTIN_GAMES
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "clembench-runs-sample"
 WORDLE_SCORES = {1: 100, 2: 100, 3: 100, 4: 50, 5: 30, 6: 20}
 
 
