@@ -71,9 +71,10 @@ def main() -> None:
     from clemcore.clemgame.runners import batchwise, sequential
 
     from playpen.models.tiny import ensure_tiny_model
-    from playpen.registry import resolve_game, resolve_model
-    from playpen.rollout import LocalPolicy, RolloutEngine, load_instances
-    from playpen.rollout.instances import load_benchmark
+    from playpen.games.instances import load_benchmark, load_instances
+    from playpen.games.registry import resolve_game
+    from playpen.registry import resolve_model
+    from playpen.rollout import LocalPolicy, RolloutEngine
 
     ensure_tiny_model()
     spec = ModelSpec.from_dict(resolve_model("playpen-tiny"))

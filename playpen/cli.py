@@ -40,14 +40,38 @@ def list_models(verbose: bool) -> None:
             print(f"{'':32s} model_config={json.dumps(entry.spec.get('model_config', {}))}")
 
 
-def list_games(verbose: bool) -> None:
-    from playpen.registry import game_entries
+def _table(rows: list[list[str]]) -> str:
+    """Columns as wide as their longest cell, so long game names keep the table aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 
-    for entry in game_entries():
-        print(f"{entry.name:24s} players={entry.spec.get('players', '?')!s:4s} {entry.source}")
+
+def list_games(verbose: bool, selector: str | None = None) -> None:
+    """Every game a name reaches (the first of a name wins, as in clem); -v adds the games that lose their name to
+    another and are not reachable at all, each game's folder and validation instances file."""
+    from playpen.games.instances import validation_file_name
+    from playpen.games.registry import all_games, game_entries, select_games, shadowed
+
+    found = all_games()
+    lost = shadowed(found)
+    shown = game_entries(found=found)
+    if verbose:
+        shown += [e for e in found if (e.path, e.name) in lost and not e.builtin]
+    chosen = {e.name for e in select_games([selector])} if selector else None
+    rows = [["game", "players", "kind", "source"] + (["folder", "validation instances"] if verbose else [])]
+    for entry in shown:
+        if chosen is not None and entry.name not in chosen:
+            continue
+        source = entry.source
+        winner = lost.get((entry.path, entry.spec["game_name"]))
+        if winner is not None:
+            reach = f"reachable as {entry.name}" if entry.name != entry.spec["game_name"] else "unreachable"
+            source += f" (shadowed by {winner.path}; {reach})"
+        row = [entry.name, str(entry.players), "static" if entry.static else "dialogue", source]
         if verbose:
-            print(f"{'':24s} {entry.path}")
-            print(f"{'':24s} {entry.spec.get('description', '')}")
+            row += [str(entry.path), validation_file_name(entry) + ".json"]
+        rows.append(row)
+    print(_table(rows))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     try:
         if args.command == "list":
-            (list_models if args.what == "models" else list_games)(args.verbose)
+            if args.what == "models":
+                list_models(args.verbose)
+            else:
+                list_games(args.verbose, args.selector)
             return 0
         if args.command == "build-tiny":
             from playpen.models.tiny import build, default_path, is_built
@@ -85,6 +112,8 @@ def build_parser_for(argv: list[str]) -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="list registered models or games")
     listing.add_argument("what", choices=["models", "games"])
     listing.add_argument("-v", "--verbose", action="store_true")
+    listing.add_argument("-s", "--selector", default=None,
+                         help="games only: a name or clem's selector, e.g. \"{'benchmark':['2.0']}\"")
     tiny = commands.add_parser("build-tiny", help="build the bundled tiny model (playpen-tiny)")
     tiny.add_argument("--force", action="store_true", help="rebuild even if an up-to-date build exists")
     chosen = argv[0] if argv else None

@@ -1,12 +1,10 @@
-"""Where models and games come from.
+"""Where models come from (games: playpen.games.registry).
 
 Models: `./model_registry.json` (entries there win), then the entries training runs registered under the storage
 root (`<storage_root>/<experiment>/<run_id>/model_registry.json`), then the packaged
 `playpen/models/model_registry.json`.
 Entries use clemcore's ModelSpec format, so `model_config` keys (peft_model, load_in_8bit, load_in_4bit,
 eos_to_cull, premade_chat_template, ...) mean exactly what clemcore's backends make of them.
-Games: built-in games under `playpen/games/` plus benchmarks listed in `./game_registry.json`
-(`[{"benchmark_path": ...}]`, e.g. a clembench checkout).
 """
 from __future__ import annotations
 
@@ -19,9 +17,7 @@ from pathlib import Path
 from playpen.errors import PlaypenError
 
 PACKAGED_MODELS = Path(__file__).parent / "models" / "model_registry.json"
-BUILTIN_GAMES = Path(__file__).parent / "games"
 MODEL_REGISTRY_FILE = "model_registry.json"
-GAME_REGISTRY_FILE = "game_registry.json"
 TINY_MODEL = "playpen-tiny"
 
 
@@ -114,59 +110,3 @@ def register_model(spec: dict, registry: Path | None = None) -> Path:
     entries = [e for e in entries if e.get("model_name") != spec["model_name"]] + [spec]
     atomic_write_json(registry, entries)
     return registry
-
-
-# ---------------------------------------------------------------- games
-
-@dataclass(frozen=True)
-class GameEntry:
-    name: str
-    path: Path  # the folder holding clemgame.json
-    source: str  # "built-in" or the game_registry.json that listed it
-    spec: dict
-
-
-def _games_in(folder: Path, source: str, depth: int = 3) -> list[GameEntry]:
-    """clemgame.json files below `folder` (as clemcore searches); one file may hold a list of specs."""
-    found = []
-    spec_file = folder / "clemgame.json"
-    if spec_file.is_file():
-        data = _read_json(spec_file)
-        for spec in data if isinstance(data, list) else [data]:
-            found.append(GameEntry(spec["game_name"], folder, source, spec))
-        return found
-    if depth == 0:
-        return found
-    for child in sorted(folder.iterdir()):
-        if child.is_dir() and not child.name.startswith((".", "_")) and child.name not in ("in", "resources"):
-            found += _games_in(child, source, depth - 1)
-    return found
-
-
-def game_entries(cwd: Path | None = None) -> list[GameEntry]:
-    entries = _games_in(BUILTIN_GAMES, "built-in") if BUILTIN_GAMES.is_dir() else []
-    registry = (cwd or Path.cwd()) / GAME_REGISTRY_FILE
-    if registry.is_file():
-        listed = _read_json(registry)
-        if not isinstance(listed, list):
-            raise PlaypenError(f"{registry}: must be a JSON list like "
-                               f'[{{"benchmark_path": "path/to/clembench"}}]')
-        for item in listed:
-            raw = item.get("benchmark_path") or item.get("game_path") if isinstance(item, dict) else None
-            if not raw:
-                raise PlaypenError(f"{registry}: entry {item!r} needs a 'benchmark_path'")
-            path = (registry.parent / Path(raw).expanduser()).resolve()
-            if not path.is_dir():
-                raise PlaypenError(f"{registry}: benchmark_path {raw} does not exist ({path}); "
-                                   f"fix the path or remove the entry")
-            entries += _games_in(path, str(registry))
-    return entries
-
-
-def resolve_game(name: str, cwd: Path | None = None) -> GameEntry:
-    entries = game_entries(cwd)
-    for entry in entries:
-        if entry.name == name:
-            return entry
-    names = ", ".join(sorted({e.name for e in entries})) or "none"
-    raise PlaypenError(f"unknown game '{name}'; available: {names}")

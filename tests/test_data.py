@@ -99,7 +99,8 @@ def test_playpen_records_convert(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from playpen.models.tiny import ensure_tiny_model
-    from playpen.rollout import LocalPolicy, RolloutEngine, load_instances
+    from playpen.games.instances import load_instances
+    from playpen.rollout import LocalPolicy, RolloutEngine
 
     path = ensure_tiny_model()
     policy = LocalPolicy(AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path),

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from playpen.cli import main
-from playpen.eval.evaluation import select_instances
+from playpen.games.instances import read_instances, spread
 from playpen.eval.models import checkpoint_spec, resolve_eval_model
 from playpen.models.tiny import ensure_tiny_model
 
@@ -133,8 +133,9 @@ def test_instances_are_spread_over_experiments(tmp_path):
     path.write_text(json.dumps({"experiments": [
         {"name": "a", "game_instances": [{"game_id": i} for i in range(3)]},
         {"name": "b", "game_instances": [{"game_id": i} for i in range(3, 5)]}]}))
-    assert select_instances(path, 3) == [("a", 0), ("b", 3), ("a", 1)]
-    assert len(select_instances(path, 99)) == len(select_instances(path)) == 5
+    ids = lambda pairs: [(e["name"], i["game_id"]) for e, i in pairs]  # noqa: E731
+    assert ids(spread(read_instances(path), 3)) == [("a", 0), ("b", 3), ("a", 1)]
+    assert len(spread(read_instances(path), 99)) == len(spread(read_instances(path), None)) == 5
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -12,7 +12,8 @@ import pytest
 
 from playpen.config import build, load_config, parse_overrides
 from playpen.errors import PlaypenError
-from playpen.registry import model_entries, register_model, resolve_game, resolve_model
+from playpen.games.registry import resolve_game
+from playpen.registry import model_entries, register_model, resolve_model
 from playpen.storage import RunDir, atomic_write_json, resolve_storage_root
 
 REPO = Path(__file__).resolve().parents[1]

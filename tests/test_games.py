@@ -18,7 +18,8 @@ from clemcore.clemgame.runners import sequential
 
 from playpen import games
 from playpen.games.common import read_lines
-from playpen.registry import game_entries, resolve_model
+from playpen.games.registry import game_entries
+from playpen.registry import resolve_model
 from tests.paths import CLEMBENCH_SAMPLE as FIXTURES
 
 GAMES = games.BUILTIN_GAMES
@@ -268,7 +269,7 @@ def test_clem_run_and_score_wordle_with_playpen_tiny(tmp_path):
 
     ensure_tiny_model()
     (tmp_path / "model_registry.json").write_text(json.dumps([resolve_model("playpen-tiny")]))
-    (tmp_path / "game_registry.json").write_text(json.dumps([{"benchmark_path": str(games.GAMES_DIR)}]))
+    (tmp_path / "game_registry.json").write_text(json.dumps([{"benchmark_path": str(games.BUILTIN_DIR)}]))
     clem = str(Path(sys.executable).with_name("clem"))
 
     def clem_cli(*args):

@@ -16,7 +16,8 @@ import torch
 
 from playpen.errors import PlaypenError
 from playpen.models.tiny import ensure_tiny_model
-from playpen.rollout import Episode, LocalPolicy, RolloutEngine, load_instances, preference_pairs
+from playpen.games.instances import load_instances
+from playpen.rollout import Episode, LocalPolicy, RolloutEngine, preference_pairs
 from playpen.rollout.episode import BranchInfo
 from playpen.rollout.generation import Sequence, generate
 from playpen.rollout.records import EpisodeRecord, RecordWriter
@@ -333,7 +334,7 @@ def test_preference_pairs_pick_best_and_worst_and_skip_ties():
 
 
 def test_unknown_game_lists_available_ones(policy):
-    with pytest.raises(PlaypenError, match="unknown game 'wordel'; available: .*wordle"):
+    with pytest.raises(PlaypenError, match=r"unknown game 'wordel'; did you mean wordle\? available: .*wordle"):
         engine(policy).play("wordel", [])
 
 

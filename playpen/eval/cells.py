@@ -131,9 +131,10 @@ def _player_for(cell: Cell):
 def run_cell(sweep_dir: str | Path, cell: Cell | dict) -> dict:
     """Play and score one cell; writes cells/<key>/result.json atomically and returns it. Raises on failure
     (after recording it in state.json), so a job array marks the task failed."""
-    from playpen.eval.evaluation import instances_path, model_folder, score_game, select_instances
+    from playpen.eval.evaluation import in_file_order, model_folder, score_game
     from playpen.eval.scoring import load_episode_scores, summarize_game
-    from playpen.registry import GameEntry
+    from playpen.games.instances import instances_file, read_instances
+    from playpen.games.registry import GameEntry
 
     sweep_dir = Path(sweep_dir).expanduser().absolute()
     if not (sweep_dir / SWEEP_FILE).is_file():
@@ -150,9 +151,8 @@ def run_cell(sweep_dir: str | Path, cell: Cell | dict) -> dict:
     with _Heartbeat(cell_dir / STATE_FILE, state) as beat:
         try:
             entry = GameEntry(cell.game, Path(cell.game_path), "sweep", cell.game_spec)
-            path = instances_path(entry, cell.instance_set)
-            pairs = select_instances(path, cell.max_instances)
-            _player_for(cell).play(entry, path, pairs, records)
+            pairs = in_file_order(read_instances(instances_file(entry, cell.instance_set)), cell.max_instances)
+            _player_for(cell).play(entry, pairs, records)
             folder = model_folder(cell.spec)
             scored = score_game(entry, records / folder / cell.game)
             if scored == 0:

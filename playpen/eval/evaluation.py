@@ -23,85 +23,21 @@ from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.eval.models import model_folder, resolve_eval_model
-from playpen.registry import GameEntry, game_entries, resolve_game
+from playpen.games.instances import instances_file, read_instances, spread
+from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
 from playpen.storage import atomic_write_json
 
 DEFAULT_MAX_TOKENS = 300
 DEFAULT_TEMPERATURE = 0.0
 DEFAULT_BATCH_SIZE = 8
 DEFAULT_RESULTS_ROOT = "playpen-eval"
-SUITES = ("clem", "static", "all")
 PLAYERS = ("auto", "engine", "clemcore")
-INSTANCE_SETS = {"validation": "instances", "train": "instances_train"}
 VAL_SUFFIX = ".val.json"
 GAME_META = "playpen_eval.json"
 
 
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------- games and instances
-
-def is_static(entry: GameEntry) -> bool:
-    """Static games (single-shot items with a verifiable answer) count towards statscore, not clemscore."""
-    try:
-        from playpen.games import is_static as game_is_static
-    except ImportError:  # the games package names static games in clemgame.json: "benchmark": ["static"]
-        return bool(entry.spec.get("static")) or "static" in (entry.spec.get("benchmark") or [])
-    return bool(game_is_static(entry.spec))
-
-
-def select_games(games: list[str] | None = None, suite: str = "all") -> list[GameEntry]:
-    """The named games (default: every registered game), filtered by suite; errors are one line."""
-    if suite not in SUITES:
-        raise PlaypenError(f"unknown suite '{suite}'; choose one of {', '.join(SUITES)}")
-    entries = [resolve_game(g) for g in dict.fromkeys(games)] if games else game_entries()
-    if not entries:
-        raise PlaypenError("no games registered; see `playpen list games`")
-    wanted = [e for e in entries if suite == "all" or is_static(e) == (suite == "static")]
-    if games and len(wanted) < len(entries):
-        odd = ", ".join(e.name for e in entries if e not in wanted)
-        raise PlaypenError(f"game(s) {odd} are not in suite '{suite}' "
-                           f"({'static' if suite == 'static' else 'dialogue'} games only); drop --suite or -g")
-    if not wanted:
-        raise PlaypenError(f"no registered game is in suite '{suite}'; see `playpen list games`")
-    return wanted
-
-
-def instances_path(entry: GameEntry, instances: str = "validation") -> Path:
-    """`validation` → in/instances.json, `train` → in/instances_train.json, else the named file in in/."""
-    stem = INSTANCE_SETS.get(instances, instances.removesuffix(".json"))
-    path = entry.path / "in" / f"{stem}.json"
-    if not path.is_file():
-        raise PlaypenError(f"game {entry.name} has no instance set '{instances}' ({path}); "
-                           f"use validation, train or a file in {entry.path / 'in'}")
-    return path
-
-
-def select_instances(path: Path, limit: int | None = None) -> list[tuple[str, int]]:
-    """(experiment, game_id) pairs; with a limit, taken round-robin over experiments so each is represented."""
-    data = json.loads(path.read_text())
-    queues = [[(exp["name"], inst["game_id"]) for inst in exp["game_instances"]] for exp in data["experiments"]]
-    if limit is None:
-        return [pair for queue in queues for pair in queue]
-    if limit < 1:
-        raise PlaypenError(f"--instances must be at least 1, got {limit}")
-    chosen: list[tuple[str, int]] = []
-    while len(chosen) < limit and any(queues):
-        for queue in queues:
-            if queue and len(chosen) < limit:
-                chosen.append(queue.pop(0))
-    return chosen
-
-
-def clem_game_spec(entry: GameEntry, instances_file: Path | None = None):
-    from clemcore.clemgame import GameSpec
-
-    spec = GameSpec.from_dict({**entry.spec, "game_path": str(entry.path)})
-    if instances_file is not None:
-        spec.instances = instances_file.stem
-    return spec
 
 
 # ---------------------------------------------------------------- playing
@@ -131,12 +67,13 @@ class ClemcorePlayer:
             self._model.set_gen_args(max_tokens=self.max_tokens, temperature=self.temperature)
         return self._model
 
-    def play(self, entry: GameEntry, instances_file: Path, pairs: list[tuple[str, int]], results_dir: Path) -> None:
+    def play(self, entry: GameEntry, pairs: list[tuple[dict, dict]], results_dir: Path) -> None:
         from clemcore.backends import Model
-        from clemcore.clemgame import (ExperimentFileSaver, GameBenchmark, GameBenchmarkCallbackList,
-                                       GameInstances, InstanceFileSaver, InteractionsFileSaver, ResultsFolder,
-                                       RunFileSaver)
+        from clemcore.clemgame import (ExperimentFileSaver, GameBenchmarkCallbackList, GameInstances,
+                                       InstanceFileSaver, InteractionsFileSaver, ResultsFolder, RunFileSaver)
         from clemcore.clemgame.runners import dispatch
+
+        from playpen.games.instances import load_benchmark
 
         models = [self.model]
         folder = ResultsFolder(results_dir, run_dir=Model.to_identifier(models))
@@ -144,15 +81,12 @@ class ClemcorePlayer:
         callbacks = GameBenchmarkCallbackList([
             InstanceFileSaver(folder), ExperimentFileSaver(folder, player_model_infos=infos),
             InteractionsFileSaver(folder, player_model_infos=infos), RunFileSaver(folder, player_model_infos=infos)])
-        wanted = set(pairs)
-        spec = clem_game_spec(entry, instances_file)
-        with GameBenchmark.load_from_spec(spec) as benchmark:
-            rows = GameInstances.from_game_spec(spec).filter(
-                lambda row: (row["experiment"]["name"], row["game_instance"]["game_id"]) in wanted)
-            try:
-                dispatch.run(benchmark, rows, models, callbacks=callbacks, batch_size=self.batch_size)
-            except RuntimeError as e:  # the batchwise runner raises after the batch when episodes failed
-                _stderr(f"[eval] {entry.name}: {e}")
+        rows = GameInstances(entry.name, [{"game_name": entry.name, "experiment": e, "game_instance": i}
+                                          for e, i in pairs])
+        try:
+            dispatch.run(load_benchmark(entry), rows, models, callbacks=callbacks, batch_size=self.batch_size)
+        except RuntimeError as e:  # the batchwise runner raises after the batch when episodes failed
+            _stderr(f"[eval] {entry.name}: {e}")
 
 
 class EnginePlayer(ClemcorePlayer):
@@ -162,9 +96,8 @@ class EnginePlayer(ClemcorePlayer):
 
     _engine = None
 
-    def play(self, entry: GameEntry, instances_file: Path, pairs: list[tuple[str, int]], results_dir: Path) -> None:
+    def play(self, entry: GameEntry, pairs: list[tuple[dict, dict]], results_dir: Path) -> None:
         from playpen.rollout.engine import RolloutEngine
-        from playpen.rollout.instances import read_instances
         from playpen.rollout.policy import LocalPolicy
 
         if self._engine is None:
@@ -173,9 +106,7 @@ class EnginePlayer(ClemcorePlayer):
                                  chat_template_kwargs=hf.chat_template_kwargs)
             self._engine = RolloutEngine(policy, None, max_new_tokens=self.max_tokens, temperature=self.temperature,
                                          batch_size=self.batch_size, progress=True, seed=self.seed)
-        wanted = set(pairs)
-        rows = [(e, i) for e, i in read_instances(instances_file) if (e["name"], i["game_id"]) in wanted]
-        self._engine.play(entry, rows, records_dir=results_dir)
+        self._engine.play(entry, pairs, records_dir=results_dir)
 
 
 def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int, player: str = "auto",
@@ -218,7 +149,7 @@ def score_game(entry: GameEntry, game_dir: Path) -> int:
     # runner, which records no episode that raised, they count as missing, not as played or aborted
     interactions = sorted(p for p in game_dir.rglob("interactions.json") if not (p.parent / "error.json").exists())
     if interactions:
-        with GameBenchmark.load_from_spec(clem_game_spec(entry)) as benchmark:
+        with GameBenchmark.load_from_spec(entry.clem_spec()) as benchmark:
             benchmark.compute_scores(interactions)
     return sum(1 for _ in game_dir.rglob("scores.json"))
 
@@ -229,6 +160,17 @@ def write_clem_tables(results_dir: Path) -> None:
 
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         clemeval.perform_evaluation(str(results_dir))  # (its progress bars and prints are noise here)
+
+
+def in_file_order(pairs: list[tuple[dict, dict]], limit: int | None) -> list[tuple[dict, dict]]:
+    """The instances `--instances N` picks (spread over experiments), played in the file's order as clem does."""
+    chosen = {(e["name"], i["game_id"]) for e, i in spread(pairs, limit)}
+    return [(e, i) for e, i in pairs if (e["name"], i["game_id"]) in chosen]
+
+
+def _game_meta(game_dir: Path) -> dict:
+    meta_file = game_dir / GAME_META
+    return json.loads(meta_file.read_text()) if meta_file.is_file() else {}
 
 
 def games_recorded(results_dir: Path, folder: str) -> list[str]:
@@ -244,12 +186,13 @@ def write_val_json(results_dir: Path, spec: dict, extra: dict | None = None) -> 
 
     folder = model_folder(spec)
     summaries = summarize(load_episode_scores(results_dir, model=folder))
+    metas = {game: _game_meta(results_dir / folder / game) for game in summaries}
     registered = {e.name: e for e in game_entries()}
-    static = [g for g in summaries if g in registered and is_static(registered[g])]
+    static = [g for g in summaries if metas[g].get("static", g in registered and registered[g].static)]
     body = val_scores(summaries, static)
     for game, info in body["games"].items():
-        meta_file = results_dir / folder / game / GAME_META
-        meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+        meta = metas[game]
+        info["game_path"], info["source"] = meta.get("game_path"), meta.get("source")
         info["instances"] = meta.get("instances")
         info["missing"] = None if meta.get("instances") is None else meta["instances"] - info["episodes"]
     val = {"model": spec["model_name"], "clemscore": body.pop("clemscore"), "statscore": body.pop("statscore"),
@@ -292,23 +235,27 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
         if missing:
             raise PlaypenError(f"no records of {', '.join(missing)} for {spec['model_name']} in {results}; "
                                f"recorded: {', '.join(recorded)}")
-        in_suite = lambda e: suite == "all" or is_static(e) == (suite == "static")  # noqa: E731
+        in_suite = lambda e: suite == "all" or e.static == (suite == "static")  # noqa: E731
         entries = select_games(games, suite) if games else [e for e in map(resolve_game, recorded) if in_suite(e)]
         if not entries:
             raise PlaypenError(f"no {suite}-suite games of {spec['model_name']} recorded in {results}")
     else:
         entries = select_games(games, suite)
-        plan = [(e, instances_path(e, instance_set)) for e in entries]  # all checked before the model loads
-        plan = [(e, path, select_instances(path, instances)) for e, path in plan]
+        if instances is not None and instances < 1:
+            raise PlaypenError(f"--instances must be at least 1, got {instances}")
+        # every game's instances are read and checked before the model loads
+        plan = [(e, instances_file(e, instance_set)) for e in entries]
+        plan = [(e, path, in_file_order(read_instances(path), instances)) for e, path in plan]
         runner = make_player(spec, max_tokens, temperature, batch_size, player, seed)
         for entry, path, pairs in plan:
             game_dir = results / folder / entry.name
             shutil.rmtree(game_dir, ignore_errors=True)
             game_started = time.time()
-            log(f"[eval] {spec['model_name']} plays {entry.name}: {len(pairs)} instances ({path.name})")
-            runner.play(entry, path, pairs, results)
+            log(f"[eval] {spec['model_name']} plays {entry.name}: {len(pairs)} instances ({path.name}, {entry.path})")
+            runner.play(entry, pairs, results)
             atomic_write_json(game_dir / GAME_META, {
-                "game": entry.name, "instances": len(pairs), "instance_set": instance_set,
+                "game": entry.name, "game_path": str(entry.path), "source": entry.source, "static": entry.static,
+                "instances_file": str(path), "instances": len(pairs), "instance_set": instance_set,
                 "max_tokens": max_tokens, "temperature": temperature, "seed": seed, "player": type(runner).__name__,
                 "seconds": round(time.time() - game_started, 1)})
     empty = []

@@ -154,8 +154,9 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
     nothing is written. The sweep dir is output_dir, else <storage_root>/sweeps/<name> with the file's
     storage_root, else the `storage_root` argument (e.g. a cluster profile's), else $PLAYPEN_STORAGE or ./runs."""
     from playpen.config import load_config
-    from playpen.eval.evaluation import instances_path, is_static, resolve_eval_model
-    from playpen.registry import game_entries, resolve_game
+    from playpen.eval.evaluation import resolve_eval_model
+    from playpen.games.instances import instances_file
+    from playpen.games.registry import is_selector, select_games
 
     config = load_config(SweepConfig, path, list(overrides))
     where = str(path)
@@ -177,19 +178,22 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
         sel = RunSelector(path=run) if isinstance(run, str) else run
         models += _run_models(sel, f"{where}: runs[{i}]")
     selectors = [GameSelector(name=g) if isinstance(g, str) else g for g in config.games]
-    if any(s.name == "all" for s in selectors):
-        selectors = [s for s in selectors if s.name != "all"]
-        selectors += [GameSelector(name=e.name) for e in game_entries() if e.name not in {s.name for s in selectors}]
     if not selectors:
         raise PlaypenError(f"{where}: games: is empty; name games or use [all]")
-    cells, keys = [], set()
-    for sel in selectors:
+    games: dict[str, tuple] = {}  # a game named on its own keeps its own options over one a selector brings
+    for sel in sorted(selectors, key=lambda s: is_selector(s.name)):
         try:
-            entry = resolve_game(sel.name)
+            found = select_games([sel.name])
+        except PlaypenError as e:
+            raise PlaypenError(f"{where}: games: {e}") from None
+        games.update((entry.name, (sel, entry)) for entry in found if entry.name not in games)
+    cells, keys = [], set()
+    for sel, entry in games.values():
+        instance_set = sel.instances or config.instances
+        try:
+            instances_file(entry, instance_set)
         except PlaypenError as e:
             raise PlaypenError(f"{where}: {e}") from None
-        instance_set = sel.instances or config.instances
-        instances_path(entry, instance_set)
         limit = sel.max_instances if sel.max_instances is not None else config.max_instances
         for m in models:
             row = m["model"] + ("" if m["step"] is None else f"@step{m['step']}")
@@ -200,7 +204,7 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
                 raise PlaypenError(f"{where}: {row} × {game_key} is listed twice")
             keys.add(key)
             cells.append(Cell(key=key, model=m["model"], spec=m["spec"], game=entry.name,
-                              game_path=str(entry.path.absolute()), game_spec=entry.spec, static=is_static(entry),
+                              game_path=str(entry.path.absolute()), game_spec=entry.spec, static=entry.static,
                               instance_set=instance_set, max_instances=limit, max_tokens=config.max_tokens,
                               temperature=config.temperature, batch_size=config.batch_size, run=m["run"],
                               step=m["step"], checkpoint=m["checkpoint"], player=config.player))

@@ -4,64 +4,58 @@ in/instances.json = validation, in/instances_train.json = train) that `clem run`
 - `wordle`, `taboo`, `referencegame`: interactive games ("benchmark": ["playpen"]), counted in clemscore;
 - `arithmetic`: a static game ("benchmark": ["static"]), counted in statscore.
 
-Besides the game folders this module offers what other parts of playpen need from games, without them touching
-game internals: the names, `is_static`, loading a game's benchmark and instances through clemcore, programmatic
-expert players (`expert_model`, `expert_player`), `play_episode`, and `demonstrations()`, the expert transcripts
+Which game a name means (built-ins, or a registered clembench's game of the same name) is playpen.games.registry's
+question, and which instances a split means is playpen.games.instances'. This module offers the built-ins'
+own helpers: their folders and specs, their benchmark and instances as clemcore objects, programmatic expert players (`expert_model`, `expert_player`), `play_episode`, and `demonstrations()`, the expert transcripts
 the tiny model is built from. clemcore is imported lazily: it takes seconds (gradio via openenv).
 """
 from __future__ import annotations
 
 import json
 import random
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from clemcore.clemgame import GameBenchmark, GameInstances, GameMaster, Player
 
-GAMES_DIR = Path(__file__).parent
-BUILTIN_GAMES = ("wordle", "taboo", "referencegame", "arithmetic")
-SPLITS = {"validation": "instances", "train": "instances_train"}  # split -> instances file name under in/
-STATIC_BENCHMARK = "static"
+from playpen.games.registry import BUILTIN_DIR, BUILTIN_GAMES, is_static  # noqa: F401  (re-exported)
 
-
-def builtin_games() -> list[str]:
-    return list(BUILTIN_GAMES)
+SPLITS = {"validation": "instances", "train": "instances_train"}  # a built-in's split -> its file under in/
 
 
 def game_path(name: str) -> Path:
     if name not in BUILTIN_GAMES:
         raise ValueError(f"unknown built-in game '{name}'; built-in games: {', '.join(BUILTIN_GAMES)}")
-    return GAMES_DIR / name
+    return BUILTIN_DIR / name
 
 
 def game_spec(name: str) -> dict:
-    """The game's clemgame.json."""
+    """The built-in game's clemgame.json."""
     return json.loads((game_path(name) / "clemgame.json").read_text(encoding="utf-8"))
 
 
-def is_static(spec) -> bool:
-    """Whether a game (its clemgame.json dict or a clemcore GameSpec) is a static one, scored into statscore.
-    clembench marks its static games the same way, in the spec's `benchmark` list."""
-    benchmark = spec.get("benchmark") if isinstance(spec, dict) else getattr(spec, "benchmark", None)
-    return STATIC_BENCHMARK in (benchmark or [])
+def _builtin(name: str):
+    from playpen.games.registry import BUILTIN_SOURCE, GameEntry
+
+    return GameEntry(name, game_path(name), BUILTIN_SOURCE, game_spec(name))
 
 
-@lru_cache(maxsize=None)
 def load_benchmark(name: str) -> GameBenchmark:
-    """The game's GameBenchmark, loaded the way `clem run` loads it (kept open: it is reused)."""
-    from clemcore.clemgame import GameBenchmark, GameSpec
+    """The built-in game's GameBenchmark, loaded the way `clem run` loads it (kept open: it is reused)."""
+    from playpen.games.instances import load_benchmark as load
 
-    return GameBenchmark.load_from_spec(GameSpec.from_directory(str(game_path(name)))[0])
+    return load(_builtin(name))
 
 
 def load_instances(name: str, split: str = "validation") -> GameInstances:
+    """A built-in game's instances as clemcore's GameInstances (what `clem run` iterates over)."""
     from clemcore.clemgame import GameInstances
 
-    if split not in SPLITS:
-        raise ValueError(f"unknown split '{split}'; use one of {', '.join(SPLITS)}")
-    return GameInstances.from_file(name, str(game_path(name) / "in"), SPLITS[split])
+    from playpen.games.instances import instances_file
+
+    path = instances_file(_builtin(name), split)
+    return GameInstances.from_file(name, str(path.parent), path.stem)
 
 
 def expert_model(skill: float = 1.0, seed: int = 0):

@@ -39,7 +39,7 @@ from playpen.errors import PlaypenError
 from playpen.rollout.episode import (GAME_ENDED_CONTEXT, BranchInfo, Conversation, Episode, idle_trace,
                                      reward_from)
 from playpen.rollout.generation import generate
-from playpen.rollout.instances import game_entry, load_benchmark, normalize
+from playpen.games.instances import game_entry, load_benchmark, normalize
 from playpen.rollout.policy import LocalPolicy, PolicyModel, clean_reply, model_identifier
 from playpen.rollout.records import EpisodeRecord, RecordWriter, preferred_name
 

@@ -8,8 +8,9 @@
 
 `playpen run my_trainer.py -l playpen-tiny -T 0.7 -L 64` loads the models from the registry (a remote teacher
 needs its key.json entry: checked before anything loads), takes the first BasePlaypenTrainer subclass defined in
-the file and calls `learn()`. Upstream-style `learn(self, game_registry)` gets a clemcore GameRegistry of every
-game playpen knows (built-in + ./game_registry.json).
+the file and calls `learn()`. Upstream playpen's trainer files run unchanged: `from playpen import BasePlayPen`,
+a constructor taking the learner alone, and `learn(self, game_registry)`, which gets clemcore's GameRegistry of
+the games a name reaches here (./game_registry.json and the working directory first, then the built-ins).
 """
 from __future__ import annotations
 
@@ -63,15 +64,13 @@ def find_trainer_class(file: str | Path) -> type[BasePlaypenTrainer]:
 
 
 def game_registry():
-    """A clemcore GameRegistry of every game playpen knows (for upstream-style learn(game_registry))."""
+    """clemcore's GameRegistry of the games a name reaches here (the same precedence as `playpen list games`), for
+    upstream-style learn(game_registry)."""
     from clemcore.clemgame import GameRegistry
-    from clemcore.clemgame.registry import GameSpec
-    from playpen.registry import game_entries
 
-    specs = []
-    for entry in game_entries():
-        specs += [s for s in GameSpec.from_directory(str(entry.path)) if s["game_name"] == entry.name]
-    return GameRegistry(specs)
+    from playpen.games.registry import game_entries
+
+    return GameRegistry([entry.clem_spec() for entry in game_entries()])
 
 
 def run_trainer(file: str | Path, learner: str, teacher: str | None = None, max_tokens: int = 300,
@@ -83,7 +82,8 @@ def run_trainer(file: str | Path, learner: str, teacher: str | None = None, max_
     teacher_spec = builders.resolve_player(teacher, "teacher")
     learner_model = builders.load_clemcore_model(learner_spec, max_tokens, temperature)
     teacher_model = builders.load_clemcore_model(teacher_spec, max_tokens, temperature) if teacher_spec else None
-    trainer = cls(learner_model, teacher_model)
+    # upstream trainers take (learner) alone when there is no teacher, as upstream's `playpen run` calls them
+    trainer = cls(learner_model, teacher_model) if teacher_model is not None else cls(learner_model)
     params = [p for p in inspect.signature(trainer.learn).parameters.values()
               if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     trainer.learn(game_registry()) if params else trainer.learn()

@@ -112,7 +112,7 @@ class DPO(Recipe):
 
     def _iterate(self, session: Session):
         cfg, run = session.cfg, session.run
-        instances = rollouts.select_instances(cfg, cfg.split, cfg.instances)
+        instances = rollouts.train_instances(cfg, run.path if session.is_main else None)
         teacher = rollouts.load_teacher(cfg)
         model, peft_config, trainer, offset = session.model, session.peft_config, None, 0
         for k in range(cfg.iterations):

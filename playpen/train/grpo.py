@@ -231,7 +231,7 @@ class GRPO(Recipe):
             rollouts.clear_records(session.run.records, lambda prefix, n: (prefix == "step" and n >= step) or
                                    (prefix == "validation" and n > step))
         session.barrier()
-        instances = rollouts.select_instances(cfg, cfg.split, cfg.instances)
+        instances = rollouts.train_instances(cfg, session.run.path if session.is_main else None)
         teacher = rollouts.load_teacher(cfg)
         game = GameRollouts(session, instances, teacher)
         dataset = Dataset.from_list([{"prompt": instance_key(i, exp, inst)} for i, (exp, inst) in enumerate(instances)])

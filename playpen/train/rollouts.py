@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from playpen.errors import PlaypenError
+from playpen.games.instances import generate_instances, instances_file, load_instances, pick_generated
 from playpen.train import builders
 from playpen.train.runner import TrainConfig
 
@@ -22,7 +23,10 @@ class GameConfig(TrainConfig):
     """Keys of the methods that learn from game play."""
 
     game: str | None = None              # built-in or registered game (`playpen list games`)
-    split: str = "train"                 # instances to learn from; validation is held out
+    split: str = "train"                 # instances to learn from: train, or an instances file of the game
+                                         # (a name in its in/ folder or a path); validation is held out
+    generate: dict | None = None         # {seed: N, <generator args>}: fresh instances from the game's own
+                                         # instancegenerator.py instead of split (validation duplicates dropped)
     instances: int | None = None         # use N instances (shuffled with seed); null = all of the split
     group_size: int = 8                  # episodes per instance (GRPO group / DPO branching pool)
     teacher: str | None = None           # frozen partner (registry name: local HF or remote API + key.json)
@@ -39,12 +43,12 @@ class GameConfig(TrainConfig):
 
 def check_game(cfg: GameConfig, where: str) -> dict:
     """The game exists, has instances, and has a partner for every role; the teacher's key is present."""
-    from playpen.registry import resolve_game
+    from playpen.games.registry import resolve_game
 
     if not cfg.game:
         raise PlaypenError(f"{where}: game is required (e.g. game: wordle; see `playpen list games`)")
     entry = resolve_game(cfg.game)
-    players = int(entry.spec.get("players", 1) or 1)
+    players = entry.players
     if cfg.group_size < 1:
         raise PlaypenError(f"{where}: group_size must be >= 1, got {cfg.group_size}")
     if players > 1 and not cfg.teacher and not cfg.self_play:
@@ -57,6 +61,12 @@ def check_game(cfg: GameConfig, where: str) -> dict:
         raise PlaypenError(f"{where}: game {cfg.game} has a single player; a teacher has no role in it "
                            f"(remove teacher)")
     builders.resolve_teacher(cfg.teacher)  # unknown name or missing key.json entry: one line, now
+    if cfg.generate is not None and not isinstance(cfg.generate.get("seed"), int):
+        raise PlaypenError(f"{where}: generate needs an integer seed, e.g. generate: {{seed: 7}}")
+    train_instances(cfg)  # the instances file exists and parses, or the generator runs: before anything is written
+    if cfg.generate is None and instances_file(entry, cfg.split) == instances_file(entry, "validation"):
+        print(f"[playpen] note: split {cfg.split} is {cfg.game}'s validation set: held-out scores will be on "
+              f"instances the model trained on")
     return entry.spec
 
 
@@ -100,17 +110,27 @@ def model_for_play(trainer):
 
 
 def select_instances(cfg: GameConfig, split: str, limit: int | None):
-    from playpen.rollout import load_instances
-
-    try:
-        instances = load_instances(cfg.game, split=split, limit=limit, seed=cfg.seed)
-    except PlaypenError:
-        raise
-    except (KeyError, ValueError, FileNotFoundError) as e:
-        raise PlaypenError(f"game {cfg.game}: cannot load {split} instances ({e})") from None
+    instances = load_instances(cfg.game, split=split, limit=limit, seed=cfg.seed)
     if not instances:
         raise PlaypenError(f"game {cfg.game} has no {split} instances")
     return instances
+
+
+def train_instances(cfg: GameConfig, save_dir: Path | None = None):
+    """The instances to learn from: the split's file, or fresh ones from the game's generator (`generate:`),
+    then saved as <save_dir>/<game>.generated-seed<N>.json so the run says what it trained on."""
+    if cfg.generate is None:
+        return select_instances(cfg, cfg.split, cfg.instances)
+    args = {k: v for k, v in cfg.generate.items() if k != "seed"}
+    instances, dropped = generate_instances(cfg.game, cfg.generate["seed"], args)
+    pairs = pick_generated(cfg.game, instances, cfg.generate["seed"], cfg.instances, cfg.seed)
+    if save_dir is not None:
+        from playpen.storage import atomic_write_json
+
+        atomic_write_json(save_dir / f"{cfg.game}.generated-seed{cfg.generate['seed']}.json", instances)
+        print(f"[playpen] {cfg.game}: {len(pairs)} generated instances (seed {cfg.generate['seed']}; {dropped} "
+              f"identical to validation instances dropped)", flush=True)
+    return pairs
 
 
 def main_score(episode) -> float:
