@@ -231,9 +231,11 @@ def is_selector(text: str) -> bool:
 
 
 def _select(selector: str, entries: list[GameEntry]) -> list[GameEntry]:
-    """clemcore's own selection (GameRegistry.get_game_specs_that_unify_with) over the games a name reaches."""
+    """clemcore's own selection (GameRegistry.get_game_specs_that_unify_with) over the games a name reaches,
+    shadowed built-ins left out (clem would not see them)."""
+    entries = [e for e in entries if not _alias(e)]
     if selector == "all":
-        return [e for e in entries if not _alias(e)]
+        return entries
     from clemcore.clemgame import GameRegistry
 
     by_name = {e.name: e for e in entries}
