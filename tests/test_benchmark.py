@@ -98,6 +98,8 @@ def test_playpen_eval_equals_clem_run_score_eval(both, workdir):
                                    else table[f"{game}, Quality Score"]), game
         assert mine["static"] == (game in STATIC)
         assert mine["game_path"] == str(resolve_game(game, cwd=workdir).path) and "game_registry.json" in mine["source"]
+        experiment = json.loads(next((ours / MODEL / game).glob("*/experiment.json")).read_text())
+        assert experiment["game_path"] == mine["game_path"]  # the records name the game's folder too
     # each game played its own instances file, as clem plays it: wordle_hard its instances_hard.json
     assert {e for e, _ in episodes(ours, "wordle_hard")} == {"hard_no_clue"}
     assert {e for e, _ in episodes(ours, "taboo")} == {"high_en", "low_en"}  # the benchmark's taboo, not the built-in

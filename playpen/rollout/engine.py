@@ -213,7 +213,8 @@ class RolloutEngine:
             seats[self.learner_seat] = learner
         models_id = model_identifier([m.name for m in seats])
         infos = backends.Model.to_infos(seats)
-        writer = RecordWriter(records_dir, models_id, records_tag, infos) if records_dir is not None else None
+        writer = RecordWriter(records_dir, models_id, records_tag, infos, game_path=entry.path) \
+            if records_dir is not None else None
         interactive = self.progress and sys.stderr.isatty()
         progress = None
         if interactive:

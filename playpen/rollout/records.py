@@ -62,13 +62,14 @@ class RecordWriter:
     waits); `close()` waits for all of them and reports failures."""
 
     def __init__(self, records_dir: str | Path, models: str, tag: str | None, player_model_infos: dict,
-                 threads: int = 4):
+                 threads: int = 4, game_path: str | Path | None = None):
         self.root = Path(records_dir) / models
         if tag:
             if "/" in tag or tag.startswith("."):
                 raise PlaypenError(f"records_tag {tag!r} must be a plain folder name (no '/')")
             self.root = self.root / tag
         self.infos = player_model_infos
+        self.game_path = None if game_path is None else str(game_path)  # which folder the game came from
         self.written: list[Path] = []
         self._errors: list[str] = []
         self._queue: queue.Queue = queue.Queue()
@@ -111,7 +112,8 @@ class RecordWriter:
         if not experiment_file.is_file():
             experiment_dir.mkdir(parents=True, exist_ok=True)
             config = {k: v for k, v in record.experiment.items() if k != "game_instances"}
-            config.update(timestamp=datetime.now().isoformat(), game_name=record.game, player_models=self.infos)
+            config.update(timestamp=datetime.now().isoformat(), game_name=record.game, game_path=self.game_path,
+                          player_models=self.infos)
             atomic_write_json(experiment_file, config)
         path = claim_dir(experiment_dir, record.preferred)
         atomic_write_json(path / "instance.json", record.instance)
