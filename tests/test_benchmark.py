@@ -131,11 +131,14 @@ def test_benchmark_games_win_over_builtins_of_the_same_name(workdir):
     assert (workdir / "builtin" / MODEL / "playpen-taboo" / "easy").is_dir()
 
 
-def test_clem_selector_strings_select_like_clem(workdir):
+def test_clem_selector_strings_select_like_clem(workdir, tmp_path):
     assert [e.name for e in select_games(["{'benchmark':['2.0']}"], cwd=workdir)] == DIALOGUE
     assert [e.name for e in select_games(["{'benchmark':['static_1.0']}"], cwd=workdir)] == STATIC
     assert [e.name for e in select_games(["{'main_game':'wordle'}"], cwd=workdir)] == ["wordle", "wordle_hard"]
-    assert {e.name for e in select_games(None, suite="static", cwd=workdir)} == {"mathquiz", "arithmetic"}
+    # every game = the games clem sees here, as `clem run -g all` (the built-ins only where no benchmark is around)
+    assert [e.name for e in select_games(None, cwd=workdir)] == [*STATIC, *DIALOGUE]
+    assert [e.name for e in select_games(["all"], suite="static", cwd=workdir)] == STATIC
+    assert [e.name for e in select_games(None, suite="static", cwd=tmp_path)] == ["arithmetic"]
     with pytest.raises(PlaypenError, match="game selector"):
         select_games(["{'benchmark':['9.9']}"], cwd=workdir)
     out = playpen(workdir, "list", "games", "-s", "{'benchmark':['2.0']}")

@@ -225,6 +225,13 @@ def _alias(entry: GameEntry) -> bool:
     return entry.builtin and entry.name != entry.spec["game_name"]
 
 
+def default_games(entries: list[GameEntry]) -> list[GameEntry]:
+    """What "every game" means: the games clem sees (registered or under the working directory) when there are
+    any, as `clem run -g all` plays them; playpen's built-ins only when no benchmark is around."""
+    benchmark = [e for e in entries if not e.builtin]
+    return benchmark or [e for e in entries if not _alias(e)]
+
+
 def is_selector(text: str) -> bool:
     """clem's game selector strings: a JSON-ish dict such as "{'benchmark':['2.0']}", or "all"."""
     return text == "all" or text.lstrip().startswith("{")
@@ -235,7 +242,7 @@ def _select(selector: str, entries: list[GameEntry]) -> list[GameEntry]:
     shadowed built-ins left out (clem would not see them)."""
     entries = [e for e in entries if not _alias(e)]
     if selector == "all":
-        return entries
+        return default_games(entries)
     from clemcore.clemgame import GameRegistry
 
     by_name = {e.name: e for e in entries}
@@ -248,8 +255,8 @@ def _select(selector: str, entries: list[GameEntry]) -> list[GameEntry]:
 
 
 def select_games(selectors: list[str] | None = None, suite: str = "all", cwd: Path | None = None) -> list[GameEntry]:
-    """Games for -g/`games:` values: names and clem selector strings, in order, without repeats; default: every
-    game a name reaches (shadowed built-ins left out), filtered by suite. Errors are one line."""
+    """Games for -g/`games:` values: names and clem selector strings, in order, without repeats; default (and
+    "all"): default_games(). Filtered by suite; errors are one line."""
     if suite not in SUITES:
         raise PlaypenError(f"unknown suite '{suite}'; choose one of {', '.join(SUITES)}")
     entries = game_entries(cwd)
@@ -260,7 +267,7 @@ def select_games(selectors: list[str] | None = None, suite: str = "all", cwd: Pa
             chosen.update((e.name, e) for e in found)
         wanted = list(chosen.values())
     else:
-        wanted = [e for e in entries if not _alias(e)]
+        wanted = default_games(entries)
     in_suite = [e for e in wanted if suite == "all" or e.static == (suite == "static")]
     if selectors and len(in_suite) < len(wanted) and not any(is_selector(s) for s in selectors):
         odd = ", ".join(e.name for e in wanted if e not in in_suite)
