@@ -21,6 +21,7 @@ them.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import re
@@ -231,41 +232,80 @@ def normalize_outcome(outcome: str | None) -> str | None:
         return None
     value = OUTCOME_ALIASES.get(outcome.lower(), outcome.lower())
     if value not in OUTCOMES:
-        raise PlaypenError(f"unknown outcome '{outcome}'; use one of: {', '.join(OUTCOMES)}")
+        close = difflib.get_close_matches(value, [*OUTCOMES, *OUTCOME_ALIASES], n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise PlaypenError(f"unknown outcome '{outcome}'; {hint}use one of: {', '.join(OUTCOMES)}")
     return value
 
 
 def convert(results_or_records_dir: str | Path, out_jsonl: str | Path, game: str | None = None,
             outcome: str | None = None, model: str | None = None) -> Stats:
-    """Write the dataset; returns what was converted, filtered and skipped (with reasons)."""
-    root = Path(results_or_records_dir)
+    """Write the dataset; returns what was converted, filtered and skipped (with reasons).
+
+    Never writes an empty dataset: when every file was skipped, a filter names a game or model the records do
+    not hold (a typo), or the filters leave no row, it raises and `out_jsonl` stays as it was. The file is
+    replaced only once complete (temp file, then rename)."""
+    root, out = Path(results_or_records_dir), Path(out_jsonl)
     if not root.is_dir():
         raise PlaypenError(f"{root} is not a folder; point `playpen data` at a results or playpen-records folder")
+    if out.is_dir():
+        raise PlaypenError(f"output {out} is a folder; give a file, e.g. -o {out / 'dataset.jsonl'}")
     outcome = normalize_outcome(outcome)
     files = sorted(root.rglob("interactions.json"))
     if not files:
         raise PlaypenError(f"no interactions.json under {root}; is it a clem results or playpen-records folder?")
     stats = Stats(files=len(files))
-    lines = []
+    rows = []
     for path in files:
         try:
-            rows = episode_rows(path)
+            rows += episode_rows(path)
         except ValueError as e:
             stats.skipped.append((str(path), str(e)))
             continue
         stats.episodes += 1
-        for row in rows:
-            meta = row["meta"]
-            if (game and meta["game"] != game) or (outcome and meta["outcome"] != outcome) \
-                    or (model and meta["model"] != model):
-                stats.filtered += 1
-                continue
-            stats.rows += 1
-            stats.outcomes[meta["outcome"]] += 1
-            stats.games[meta["game"]] += 1
-            lines.append(json.dumps(row, ensure_ascii=False))
-    atomic_write_text(out_jsonl, "".join(line + "\n" for line in lines))
+    if not stats.episodes:
+        path, reason = stats.skipped[0]
+        raise PlaypenError(f"all {len(files)} interactions files under {root} were skipped (e.g. {path}: {reason}); "
+                           f"{out} not written")
+    _check_filter("game", game, {r["meta"]["game"] for r in rows}, _registered_games if game else set)
+    _check_filter("model", model, {r["meta"]["model"] for r in rows})
+    lines = []
+    for row in rows:
+        meta = row["meta"]
+        if (game and meta["game"] != game) or (outcome and meta["outcome"] != outcome) \
+                or (model and meta["model"] != model):
+            stats.filtered += 1
+            continue
+        stats.rows += 1
+        stats.outcomes[meta["outcome"]] += 1
+        stats.games[meta["game"]] += 1
+        lines.append(json.dumps(row, ensure_ascii=False))
+    if not lines:
+        filters = ", ".join(f"--{k} {v}" for k, v in (("game", game), ("outcome", outcome), ("model", model)) if v)
+        why = f"{filters} left none of {len(rows)} player rows" if filters else "no learner player in them"
+        raise PlaypenError(f"no rows from {stats.episodes} episodes under {root}: {why}; {out} not written")
+    atomic_write_text(out, "".join(line + "\n" for line in lines))
     return stats
+
+
+def _registered_games() -> set[str]:
+    from playpen.games.registry import game_entries
+
+    return {e.name for e in game_entries()}
+
+
+def _check_filter(key: str, value: str | None, in_records: set[str], also_valid=set) -> None:
+    """A --game/--model value that names nothing in the records (nor, for games, a registered game) is a typo:
+    say so with the close matches instead of writing an empty dataset."""
+    if value is None or value in in_records:
+        return
+    valid = in_records | also_valid()
+    if value in valid:
+        return
+    close = difflib.get_close_matches(value, sorted(valid), n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise PlaypenError(f"unknown {key} '{value}'; {hint}{key}s in these records: "
+                       f"{', '.join(sorted(in_records)) or 'none'}")
 
 
 # ---------------------------------------------------------------- command line

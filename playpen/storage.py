@@ -2,18 +2,21 @@
 
 Layout: <storage_root>/<experiment>/<run_id>/{config.yaml, checkpoints/, playpen-records/, logs/, metrics.jsonl}
 Every file other jobs may read is written atomically (temp file in the same folder, then rename), so a job
-killed mid-write never leaves a truncated file behind.
+killed mid-write never leaves a truncated file behind. A folder one process writes into (a training run, an
+eval results folder) is held with `exclusive_folder`, so a second process on it stops instead of mixing files.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from playpen.errors import PlaypenError
 
@@ -61,6 +64,35 @@ def read_jsonl(path: str | Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+LOCK_FILE = ".playpen.lock"
+
+
+@contextmanager
+def exclusive_folder(folder: str | Path, in_use: str, advice: str) -> Iterator[Path]:
+    """Hold `folder` (created if missing) for this process while the block runs; if another process holds it,
+    raise one line: "<in_use> (pid N on HOST); <advice>".
+
+    flock on `<folder>/.playpen.lock`, never waiting: the kernel drops the lock when the holder exits, crashes
+    or is killed, so there is no stale lock to clean up, and Linux maps flock onto POSIX locks on NFS, so two
+    nodes see each other's lock on shared storage. The file stays (deleting a lock file lets a third process
+    lock a fresh file while a second still holds the old one); it only says who held it last.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "pid unknown"
+            raise PlaypenError(f"{in_use} ({holder}); {advice}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname().split('.')[0]}\n".encode(), 0)
+        yield folder
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def resolve_storage_root(configured: str | Path | None = None) -> Path:

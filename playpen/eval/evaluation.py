@@ -25,7 +25,7 @@ from playpen.errors import PlaypenError
 from playpen.eval.models import model_folder, resolve_eval_model
 from playpen.games.instances import instances_file, read_instances, spread
 from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
-from playpen.storage import atomic_write_json
+from playpen.storage import atomic_write_json, exclusive_folder
 
 DEFAULT_MAX_TOKENS = 300
 DEFAULT_TEMPERATURE = 0.0
@@ -246,30 +246,43 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
         # every game's instances are read and checked before the model loads
         plan = [(e, instances_file(e, instance_set)) for e in entries]
         plan = [(e, path, in_file_order(read_instances(path), instances)) for e, path in plan]
-        runner = make_player(spec, max_tokens, temperature, batch_size, player, seed)
-        for entry, path, pairs in plan:
-            game_dir = results / folder / entry.name
-            shutil.rmtree(game_dir, ignore_errors=True)
-            game_started = time.time()
-            log(f"[eval] {spec['model_name']} plays {entry.name}: {len(pairs)} instances ({path.name}, {entry.path})")
-            runner.play(entry, pairs, results)
-            atomic_write_json(game_dir / GAME_META, {
-                "game": entry.name, "game_path": str(entry.path), "source": entry.source, "static": entry.static,
-                "instances_file": str(path), "instances": len(pairs), "instance_set": instance_set,
-                "max_tokens": max_tokens, "temperature": temperature, "seed": seed, "player": type(runner).__name__,
-                "seconds": round(time.time() - game_started, 1)})
-    empty = []
-    for entry in entries:
-        scored = score_game(entry, results / folder / entry.name)
-        log(f"[eval] {entry.name}: {scored} episodes scored")
-        if not scored:
-            empty.append(entry.name)
-    if empty:  # clemcore's tables leave such a game out, and so do the scores: say it loudly
-        log(f"[eval] WARNING: no episode of {', '.join(empty)} finished (see clembench.log); "
-            f"these games are missing from clemscore/statscore")
-    val = write_val_json(results, spec, {"suite": suite, "seconds": round(time.time() - started, 1),
-                                         "games_without_episodes": empty})
-    write_clem_tables(results)
+    # one process writes a results folder at a time: two evals into one -r would mix their episodes and tables
+    with exclusive_folder(results, f"results folder {results} is in use by another playpen eval",
+                          "wait for it to end, or pick another -r"):
+        if not skip_gameplay:
+            runner = make_player(spec, max_tokens, temperature, batch_size, player, seed)
+            for entry, path, pairs in plan:
+                game_dir = results / folder / entry.name
+                shutil.rmtree(game_dir, ignore_errors=True)
+                game_started = time.time()
+                log(f"[eval] {spec['model_name']} plays {entry.name}: {len(pairs)} instances "
+                    f"({path.name}, {entry.path})")
+                runner.play(entry, pairs, results)
+                atomic_write_json(game_dir / GAME_META, {
+                    "game": entry.name, "game_path": str(entry.path), "source": entry.source,
+                    "static": entry.static,
+                    "instances_file": str(path), "instances": len(pairs), "instance_set": instance_set,
+                    "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
+                    "player": type(runner).__name__, "seconds": round(time.time() - game_started, 1)})
+        empty = []
+        for entry in entries:
+            scored = score_game(entry, results / folder / entry.name)
+            log(f"[eval] {entry.name}: {scored} episodes scored")
+            if not scored:
+                empty.append(entry.name)
+        if len(empty) == len(entries):  # nothing to score: a val.json or tables now would only mislead
+            import logging
+
+            # why each episode broke is in clemcore's log (the root logger's file, clembench.log in the folder
+            # clemcore was first imported from), where the rollout engine's warnings go too
+            logs = [h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+            raise PlaypenError(f"no episode of {', '.join(empty)} finished; see {logs[0] if logs else results}")
+        if empty:  # clemcore's tables leave such a game out, and so do the scores: say it loudly
+            log(f"[eval] WARNING: no episode of {', '.join(empty)} finished (see clembench.log); "
+                f"these games are missing from clemscore/statscore")
+        val = write_val_json(results, spec, {"suite": suite, "seconds": round(time.time() - started, 1),
+                                             "games_without_episodes": empty})
+        write_clem_tables(results)
     return val
 
 

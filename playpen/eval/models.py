@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from playpen.errors import PlaypenError
-from playpen.registry import model_entries, resolve_model
+from playpen.registry import MODEL_REGISTRY_FILE, model_entries, resolve_model
 
 CHECKPOINT_DIR = re.compile(r"checkpoint-(\d+)")
 
@@ -63,22 +63,42 @@ def checkpoint_spec(ckpt: str | Path, base_spec: dict | None = None, name: str |
     return spec
 
 
+def is_run_dir(path: Path) -> bool:
+    """A training run folder (playpen.storage.RunDir): config.yaml or checkpoints/ beside its model_registry.json."""
+    return (path / "config.yaml").is_file() or (path / "checkpoints").is_dir()
+
+
 def resolve_eval_model(model: str | dict) -> dict:
     """Registry name, run directory (its registered model, else its latest checkpoint), or checkpoint folder
-    → ModelSpec dict (a dict is taken as is)."""
+    → ModelSpec dict (a dict is taken as is). Any other folder is refused, even one holding a model registry
+    (`playpen eval .` in a project folder): which of its models was meant is not for playpen to guess."""
     if isinstance(model, dict):
         if not isinstance(model.get("model_name"), str) or "backend" not in model:
             raise PlaypenError("a model spec needs 'model_name' and 'backend' (clemcore ModelSpec format)")
         return json.loads(json.dumps(model))
+    if not model.strip():
+        raise PlaypenError("no model given: name a registered model (`playpen list models`), a training run folder "
+                           "or a checkpoint folder")
     path = Path(model).expanduser()
-    if path.is_dir() and not (path / "model_registry.json").is_file():
-        if is_checkpoint(path):
-            return checkpoint_spec(path)
-        steps = sorted((checkpoint_step(p), p) for p in (path / "checkpoints").glob("checkpoint-*")
-                       if checkpoint_step(p) is not None)
-        if steps:  # a run that has not registered its final model (yet): its latest checkpoint
-            return checkpoint_spec(steps[-1][1])
-    return resolve_model(model)
+    if not path.is_dir() or model in {e.name for e in model_entries()}:
+        return resolve_model(model)
+    if is_run_dir(path) and (path / MODEL_REGISTRY_FILE).is_file():
+        return resolve_model(str(path))  # the model the run registered
+    if is_checkpoint(path):
+        return checkpoint_spec(path)
+    steps = sorted((checkpoint_step(p), p) for p in (path / "checkpoints").glob("checkpoint-*")
+                   if checkpoint_step(p) is not None)
+    if steps:  # a run that has not registered its final model (yet): its latest checkpoint
+        return checkpoint_spec(steps[-1][1])
+    registry = path / MODEL_REGISTRY_FILE
+    if registry.is_file():
+        names = [e.name for e in model_entries(cwd=path) if e.source == str(registry)]
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        raise PlaypenError(f"{path.absolute()} is a folder with a model registry ({shown or 'empty'}), not a model; "
+                           f"name the model to evaluate, e.g. playpen eval {names[-1] if names else '<model>'}")
+    raise PlaypenError(f"no config.json in {path.absolute()}: the folder holds no model, checkpoint "
+                       f"(checkpoints/checkpoint-<step>/) or training run; name a registered model "
+                       f"(`playpen list models`) or one of those folders")
 
 
 def model_folder(spec: dict) -> str:

@@ -90,6 +90,15 @@ class DPO(Recipe):
                 return checkpoint, load_state(checkpoint)["global_step"]
         return None, 0
 
+    def final_step(self, session: Session, trainer) -> int:
+        return super().final_step(session, trainer) if session.cfg.data else session.state["global_step"]
+
+    def is_complete(self, cfg: Config, run, final_step: int) -> bool:
+        """From rollouts, max_steps bounds each round: the run is complete when its last round is done."""
+        if cfg.data:
+            return super().is_complete(cfg, run, final_step)
+        return all((_iter_dir(run, k) / DONE).is_file() for k in range(cfg.iterations))
+
     def fit(self, session: Session):
         if session.cfg.data:
             return self._train(session, _dataset(builders.read_jsonl_rows(session.cfg.data, session.where, "data",
@@ -139,6 +148,7 @@ class DPO(Recipe):
             if session.is_main:
                 atomic_write_json(folder / DONE, {"global_step": offset, "pairs": len(pairs)})
             session.barrier()
+        session.state["global_step"] = offset
         if trainer is None:  # every round was already done: rebuild a trainer around the final weights
             model, _ = _load_round(session, _iter_dir(run, cfg.iterations - 1) / "final", model)
             trainer = _Saver(model, session.tokenizer)
@@ -162,6 +172,8 @@ class DPO(Recipe):
         rollouts.clear_records(session.run.records, lambda prefix, step: prefix == "iter" and step == k)
         episodes = engine.branch(cfg.game, shard, branch_factor=cfg.group_size, records_dir=session.run.records,
                                  records_tag=tag)
+        if failure := rollouts.partner_failure(cfg, episodes, f"of round {k}"):
+            raise PlaypenError(f"{failure} (records: {session.run.records})")
         model.train(was_training)
         pairs = _gather(session, [_plain_pair(p) for p in preference_pairs(episodes)])
         stats = _gather(session, [rollouts.episode_stats(episodes) | {"n": len(episodes)}])

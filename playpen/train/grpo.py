@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from itertools import groupby
 
+from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json, read_jsonl
 from playpen.train import rollouts
 from playpen.train.runner import Recipe, Session
@@ -78,6 +79,9 @@ class GameRollouts:
                                    records_tag=tag, wait_for_records=False)
             self._writing = engine
             model.train(was_training)
+        if failure := rollouts.partner_failure(cfg, episodes, f"of step {trainer.state.global_step}"):
+            self.finish_records()  # their error.json files say what the teacher answered
+            raise PlaypenError(f"{failure} (records: {session.run.records})")
         if len(episodes) != len(prompts):
             raise RuntimeError(f"rollout engine returned {len(episodes)} episodes for {len(prompts)} prompts")
         self.counters["episodes"] += len(episodes) * session.world_size

@@ -156,6 +156,33 @@ def episode_stats(episodes) -> dict:
     }
 
 
+# An episode whose partner raised (API down, key rejected, ...) ends aborted with this error (RolloutEngine).
+PARTNER_FAILED = "partner failed"
+# More than this share of one rollout's episodes broken by the teacher stops training: they all score -1, so the
+# learner would be trained (and registered) on the partner's outage, not on the game. A few failures pass.
+PARTNER_FAILURE_LIMIT = 0.5
+
+
+def partner_failure(cfg: GameConfig, episodes, when: str) -> str | None:
+    """Why training must stop because the teacher failed in too many of `episodes`, else None. Counted over all
+    processes (each plays its own share), so every rank stops together."""
+    if not cfg.teacher:  # self-play: the learner is every partner
+        return None
+    import torch.distributed as dist
+
+    failed = [e.error for e in episodes if (e.error or "").startswith(PARTNER_FAILED)]
+    parts = [(len(failed), len(episodes), failed[0] if failed else None)]
+    if dist.is_available() and dist.is_initialized():
+        mine, parts = parts[0], [None] * dist.get_world_size()
+        dist.all_gather_object(parts, mine)
+    n_failed, total = sum(p[0] for p in parts), sum(p[1] for p in parts)
+    if n_failed <= PARTNER_FAILURE_LIMIT * total:
+        return None
+    first = " ".join(next(p[2] for p in parts if p[2]).split())
+    return (f"teacher {cfg.teacher} failed in {n_failed} of {total} episodes {when} ({first[:200]}); stopped "
+            f"before training on them: check that its service is up and its key.json entry is valid")
+
+
 def records_tag(prefix: str, step: int, rank: int, world: int) -> str:
     return f"{prefix}_{step:05d}" + (f"-rank{rank}" if world > 1 else "")
 

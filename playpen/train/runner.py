@@ -8,21 +8,32 @@
     end     final model/adapter in <run>/final, <run>/model_registry.json entry, learning curve PNG
 
 The run id defaults to `<method>-<hash of the resolved config>`, so rerunning the same command finds the same
-run dir and resumes; `run_id=...` names it explicitly.
+run dir and resumes; `run_id=...` names it explicitly. A run dir holds one training:
+    - rerunning a finished run (finished.json, final/, its registry entry, max_steps reached) trains nothing and
+      rewrites nothing: it says "already complete" and exits 0;
+    - rerunning a run id with other config values (other game, data, max_steps, ...) is refused before anything
+      loads, naming the keys; `allow_config_change=true` continues the run with the new values (the old
+      config.yaml is kept as config.before-step<N>.yaml), a new run_id starts a separate run;
+    - two trainings of one run dir at once: the second stops (a lock held by rank 0 while it trains).
 """
 from __future__ import annotations
 
 import copy
 import hashlib
 import importlib
+import json
 import os
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from playpen.config import dump_yaml, load_config, to_dict
 from playpen.errors import PlaypenError
-from playpen.storage import RunDir, atomic_write_text
+from playpen.storage import RunDir, atomic_write_json, atomic_write_text, exclusive_folder
 from playpen.train import METHODS, builders
 from playpen.train.checkpoints import (find_resume_checkpoint, load_state, remove_incomplete,
                                        resume_state_callback, truncate_jsonl)
@@ -30,6 +41,9 @@ from playpen.train.metrics import CURVE_FILE, metrics_callback, plot_curve
 
 FINAL_DIR = "final"
 REGISTRY_FILE = "model_registry.json"
+FINISHED_FILE = "finished.json"  # written last by a run that ended: its step, final model and registered name
+# keys that say where or how fast a run goes, not what it learns: a rerun may change them freely
+NOT_COMPARED = ("run_id", "storage_root", "cpu_threads", "allow_config_change")
 
 
 @dataclass
@@ -46,6 +60,8 @@ class TrainConfig:
     dtype: str = "auto"                  # auto | float32 | bfloat16 | float16 (weights as loaded)
     deepspeed: str | None = None         # e.g. configs/deepspeed/zero2.json
     register: bool = True                # write <run>/model_registry.json for `playpen eval`
+    allow_config_change: bool = False    # rerun an existing run id with other values (e.g. more max_steps);
+                                         # refused without it, so one run never mixes two configs
     cpu_threads: int | None = None       # CPU only: torch intra-op threads (1 is fastest for tiny models on a
                                          # busy machine); null = torch's default
     trainer: dict = field(default_factory=dict)  # the TRL config's own keys (max_steps, learning_rate, ...)
@@ -74,6 +90,20 @@ class Recipe:
         state = load_state(checkpoint)
         return checkpoint, state.get("global_step", state["step"])
 
+    def max_steps(self, cfg) -> int:
+        """trainer.max_steps as TRL will read it; <= 0 means "train for num_train_epochs"."""
+        return int({**self.trainer_defaults(cfg), **cfg.trainer}.get("max_steps", -1))
+
+    def final_step(self, session: "Session", trainer) -> int:
+        """The optimizer step the finished training ended at (recorded in finished.json)."""
+        return trainer.state.global_step
+
+    def is_complete(self, cfg, run: RunDir, final_step: int) -> bool:
+        """Whether a finished run already did what `cfg` asks: resuming it would train past max_steps (TRL runs one
+        more step when resumed at max_steps). Epoch-based runs (max_steps <= 0) are done once finished."""
+        max_steps = self.max_steps(cfg)
+        return max_steps <= 0 or final_step >= max_steps
+
     def fit(self, session: "Session") -> Any:
         """Train; return the trainer whose model is saved as final."""
         raise NotImplementedError
@@ -95,6 +125,7 @@ class Session:
     args: Any = None
     resume: Path | None = None
     state: dict = field(default_factory=dict)
+    config_changes: dict = field(default_factory=dict)  # {key: (old, new)} allowed by allow_config_change
 
     @property
     def rank(self) -> int:
@@ -134,8 +165,8 @@ class Session:
 
 def default_run_id(method: str, cfg) -> str:
     data = to_dict(cfg)
-    data.pop("run_id", None)
-    data.pop("storage_root", None)
+    for key in ("run_id", "storage_root", "allow_config_change"):  # (cpu_threads stays: existing ids keep)
+        data.pop(key, None)
     digest = hashlib.sha1(f"{method}\n{dump_yaml(data)}".encode()).hexdigest()[:8]
     return f"{method}-{digest}"
 
@@ -188,21 +219,136 @@ def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
     spec = builders.resolve_model_spec(cfg.model)
     recipe.check(cfg, where)
     run_dir = RunDir.for_experiment(cfg.storage_root, cfg.experiment, cfg.run_id or default_run_id(method, cfg))
+    changes = config_changes(run_dir, method, cfg)
+    if finished := finished_run(recipe, cfg, run_dir):
+        if builders.dist_info()[0] == 0:
+            print(_already_complete(recipe, cfg, run_dir, finished), flush=True)
+        return run_dir
     resume, reached = recipe.find_resume(cfg, run_dir)
     _quiet_libraries()
     _set_threads(cfg.cpu_threads)
     owns_group = builders.init_deepspeed_distributed() if deepspeed else False
     try:
         session = Session(recipe, cfg, where, run_dir, spec, deepspeed, resume=resume,
-                          state={**load_state(resume), "global_step": reached})
+                          state={**load_state(resume), "global_step": reached}, config_changes=changes)
         _build(session)
-        _prepare_run_dir(session)
-        trainer = recipe.fit(session)
-        _finish(session, trainer)
+        with _hold_run_dir(session):
+            _prepare_run_dir(session)
+            try:
+                trainer = recipe.fit(session)
+            except PlaypenError:  # e.g. the teacher failed: the message is the last line, not a progress bar
+                _close_progress_bars()
+                raise
+            _finish(session, trainer)
     finally:
         if owns_group or builders.dist_info()[1] > 1:
             _teardown_distributed()
     return run_dir
+
+
+def _comparable(config: dict) -> dict[str, Any]:
+    """Dotted key -> value of a resolved config, as YAML stores it (so 2e-4 and 0.0002 compare equal)."""
+    flat: dict[str, Any] = {}
+
+    def walk(node, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict) and value:
+                walk(value, f"{prefix}{key}.")
+            else:
+                flat[f"{prefix}{key}"] = value
+
+    walk({k: v for k, v in yaml.safe_load(dump_yaml(config)).items() if k not in NOT_COMPARED}, "")
+    return flat
+
+
+def config_changes(run: RunDir, method: str, cfg) -> dict[str, tuple]:
+    """What this config changes in the run dir's config.yaml, {key: (old, new)}. A run holds one training: other
+    values would mix games or data in one run and overwrite its config.yaml, so they are refused here, before
+    the model loads, unless allow_config_change is set; another method is always refused."""
+    if not run.config.is_file():
+        return {}
+    text = run.config.read_text()
+    trained_with = re.match(r"# playpen train (\w+)", text)
+    if trained_with and trained_with.group(1) != method:
+        raise PlaypenError(f"run {run.path} was trained with `playpen train {trained_with.group(1)}`, not {method}; "
+                           f"pass run_id=<new id> to start a separate run")
+    try:
+        stored = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise PlaypenError(f"{run.config} is not readable YAML ({' '.join(str(e).split())}); restore it, or pass "
+                           f"run_id=<new id> to start a separate run") from None
+    old, new = _comparable(stored if isinstance(stored, dict) else {}), _comparable(to_dict(cfg))
+    changes = {k: (old.get(k), new.get(k)) for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)}
+    if changes and not cfg.allow_config_change:
+        shown = "; ".join(f"{k}: {_short(a)} -> {_short(b)}" for k, (a, b) in list(changes.items())[:4])
+        more = f" and {len(changes) - 4} more" if len(changes) > 4 else ""
+        raise PlaypenError(f"run {run.path} was trained with other values ({shown}{more}); pass run_id=<new id> "
+                           f"to start a separate run, or allow_config_change=true to continue this one with them")
+    return changes
+
+
+def _short(value: Any) -> str:
+    """A value for a one-line message; long ones (paths) keep their end, where they differ most often."""
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else "..." + text[-57:]
+
+
+def finished_run(recipe: Recipe, cfg, run: RunDir) -> dict | None:
+    """finished.json of a run that already trained what `cfg` asks for (its final model and registry entry still
+    there), else None. Runs finished before finished.json existed count by their final/ folder, registry entry
+    and last checkpoint."""
+    final = run.path / FINAL_DIR
+    if not final.is_dir():
+        return None
+    if run.path.joinpath(FINISHED_FILE).is_file():
+        try:
+            record = json.loads(run.path.joinpath(FINISHED_FILE).read_text())
+        except json.JSONDecodeError:
+            return None  # cut off while written: the run finishes again from its last checkpoint
+    elif run.path.joinpath(REGISTRY_FILE).is_file():
+        record = {"global_step": recipe.find_resume(cfg, run)[1], "model_name": f"{cfg.experiment}-{run.path.name}"}
+    else:
+        return None
+    if cfg.register and not _registered(run, record.get("model_name")):
+        return None  # registering was cut off (or the entry removed): finishing again writes it
+    return record if recipe.is_complete(cfg, run, int(record.get("global_step", 0))) else None
+
+
+def _registered(run: RunDir, name: str | None) -> bool:
+    registry = run.path / REGISTRY_FILE
+    try:
+        entries = json.loads(registry.read_text()) if registry.is_file() else []
+    except json.JSONDecodeError:
+        return False
+    return any(isinstance(e, dict) and e.get("model_name") == name for e in entries)
+
+
+def _already_complete(recipe: Recipe, cfg, run: RunDir, finished: dict) -> str:
+    max_steps = recipe.max_steps(cfg)
+    target = f" of max_steps {max_steps}" if max_steps > 0 else ""
+    name = f", registered as {finished['model_name']}" if cfg.register and finished.get("model_name") else ""
+    return (f"[playpen] already complete: {run.path} (step {finished.get('global_step')}{target}); final model "
+            f"{run.path / FINAL_DIR}{name}. Nothing trained; to train on, raise trainer.max_steps with "
+            f"allow_config_change=true, or pass run_id=<new id>")
+
+
+@contextmanager
+def _hold_run_dir(session: Session):
+    """Rank 0 holds the run dir while it trains, so a second `playpen train` of the same run stops in one line
+    (the other ranks of this job write only where rank 0 tells them). The checks above ran without the lock, before
+    the model loaded: if another training of this run moved on meanwhile, its checkpoints must not be taken for
+    incomplete ones and deleted, so the run is checked again under the lock."""
+    if not session.is_main:
+        yield
+        return
+    run = session.run
+    with exclusive_folder(run.path, f"run folder {run.path} is in use by another playpen train",
+                          "wait for it to end, or pass run_id=<new id> to start a separate run"):
+        if session.recipe.find_resume(session.cfg, run) != (session.resume, session.state["global_step"]) \
+                or finished_run(session.recipe, session.cfg, run):
+            raise PlaypenError(f"run {run.path} changed while the model loaded (another playpen train of it "
+                               f"ended?); run the same command again to continue from where it is now")
+        yield
 
 
 def _build(session: Session) -> None:
@@ -234,9 +380,13 @@ def _prepare_run_dir(session: Session) -> None:
     if session.is_main:
         run.create()
         resolved = {**to_dict(session.cfg), "run_id": run.path.name}
+        resolved.pop("allow_config_change")  # a permission for this rerun, not part of what the run learns
         text = f"# playpen train {session.recipe.name} (resolved config)\n{dump_yaml(resolved)}"
-        if run.config.is_file() and run.config.read_text() != text:
-            print(f"[playpen] note: {run.config} differs from this config; continuing the run with this one")
+        if session.config_changes:
+            kept = run.path / f"config.before-step{session.state['global_step']}.yaml"
+            atomic_write_text(kept, run.config.read_text())
+            print(f"[playpen] allow_config_change: continuing {run.path} at step {session.state['global_step']} with "
+                  f"new {', '.join(session.config_changes)} (the old config is kept as {kept.name})")
         atomic_write_text(run.config, text)
         truncate_jsonl(run.metrics, session.state["global_step"])
         remove_incomplete(run.checkpoints, resume)
@@ -283,12 +433,25 @@ def _finish(session: Session, trainer) -> None:
     session.tokenizer.save_pretrained(str(final_dir))
     adapter = (final_dir / "adapter_config.json").is_file()
     plot_curve(run.metrics, run.path / CURVE_FILE, title=f"{session.recipe.name}: {run.name}")
+    name = None
     if session.cfg.register:
         spec = registry_entry(session, final_dir, adapter)
         register_model(spec, run.path / REGISTRY_FILE)
-        print(f"[playpen] registered model {spec['model_name']} in {run.path / REGISTRY_FILE}")
-        print(f"[playpen] evaluate it with: playpen eval {spec['model_name']}")
+        name = spec["model_name"]
+        print(f"[playpen] registered model {name} in {run.path / REGISTRY_FILE}")
+        print(f"[playpen] evaluate it with: playpen eval {name}")
+    # last: a rerun of the same command finds the run complete only once everything above is on disk
+    atomic_write_json(run.path / FINISHED_FILE, {"global_step": session.recipe.final_step(session, trainer),
+                                                 "final": str(final_dir), "model_name": name})
     print(f"[playpen] done: {run.path} (curve: {run.path / CURVE_FILE})")
+
+
+def _close_progress_bars() -> None:
+    """End the Trainer's progress bar (tqdm draws it again when the process exits, after any message)."""
+    from tqdm import tqdm
+
+    for bar in list(tqdm._instances):
+        bar.close()
 
 
 def _teardown_distributed() -> None:
