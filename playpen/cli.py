@@ -5,6 +5,8 @@
     playpen run my_trainer.py -l LEARNER [-t TEACHER] [-L MAX_TOKENS] [-T TEMPERATURE]
     playpen eval MODEL [-g GAME ...] [-r RESULTS_DIR] [--skip_gameplay]
     playpen data RESULTS_DIR -o dataset.jsonl [--game G] [--outcome success] [--model M]
+    playpen submit {sft,dpo,grpo,eval,sweep} [--config ...] [--nodes N] [--dry-run] [--wait]   (= python -m playpen.submit)
+    playpen status|logs RUN_DIR          playpen sweep [--config SWEEP.yaml]         playpen demo [--config ...]
     playpen build-tiny [--force]
 """
 from __future__ import annotations
@@ -22,18 +24,24 @@ COMMANDS = {
     "run": ("playpen.train.cli_run", "run a user-written trainer class (playpen run FILE -l LEARNER)"),
     "eval": ("playpen.eval.cli", "play and score the validation games: clemscore and statscore"),
     "data": ("playpen.data", "turn interactions.json files into a conversational dataset (jsonl)"),
+    "submit": ("playpen.submit.cli", "send a train/eval/sweep job to SLURM or local processes (= python -m "
+                                     "playpen.submit)"),
+    "demo": ("playpen.demo", "evaluate the demo run: untrained vs trained on held-out instances"),
 }
+# short forms of submit's own commands: `playpen status DIR` is `playpen submit status DIR`
+SUBMIT_ALIASES = {"status": "state, progress and log tail of a run or sweep directory",
+                  "logs": "print (or follow) a job's log", "sweep": "submit an eval sweep as one job array"}
 
 
 def list_models(verbose: bool) -> None:
-    from playpen.registry import model_entries
+    from playpen.registry import model_entries, resolution
 
     entries = model_entries()
     shadowed = set()
     for entry in entries:
         state = "  (shadowed by custom entry)" if entry.name in shadowed else ""
         shadowed.add(entry.name)
-        where = entry.spec.get("huggingface_id") or entry.spec.get("model_id") or ""
+        where = resolution(entry, entries) if verbose else ""
         print(f"{entry.name:32s} {entry.spec.get('backend', '?'):18s} {entry.source}{state}")
         if verbose:
             print(f"{'':32s} {where}")
@@ -75,7 +83,10 @@ def list_games(verbose: bool, selector: str | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """The one entry point: `playpen`, `python -m playpen.submit`, `python -m playpen.demo|data` all come here."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in SUBMIT_ALIASES:
+        argv = ["submit", *argv]
     parser = build_parser_for(argv)
     args, extra = parser.parse_known_args(argv)
     # argparse stops filling `overrides` at the first option: `train grpo --config X k=v` leaves k=v over
@@ -83,26 +94,41 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
-    try:
-        if args.command == "list":
-            if args.what == "models":
-                list_models(args.verbose)
-            else:
-                list_games(args.verbose, args.selector)
-            return 0
-        if args.command == "build-tiny":
-            from playpen.models.tiny import build, default_path, is_built
+    return guarded(dispatch, args)
 
-            path = default_path()
-            if args.force or not is_built(path):
-                path.parent.mkdir(parents=True, exist_ok=True)
-                build(path)
-            print(path)
-            return 0
-        return importlib.import_module(COMMANDS[args.command][0]).main(args) or 0
+
+def dispatch(args: argparse.Namespace) -> int:
+    if args.command == "list":
+        if args.what == "models":
+            list_models(args.verbose)
+        else:
+            list_games(args.verbose, args.selector)
+        return 0
+    if args.command == "build-tiny":
+        from playpen.models.tiny import build, default_path, is_built
+
+        path = default_path()
+        if args.force or not is_built(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            build(path)
+        print(path)
+        return 0
+    module = importlib.import_module(COMMANDS[args.command][0])
+    return (module.run(args) if args.command == "submit" else module.main(args)) or 0
+
+
+def guarded(command, *args) -> int:
+    """The one error boundary of every entry point: a PlaypenError is one line and exit 2, Ctrl-C one line and
+    exit 130; anything else is a bug and keeps its traceback."""
+    try:
+        return command(*args)
     except PlaypenError as e:
         print(f"playpen: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("playpen: interrupted; rerun the same command to resume (training runs continue from their last "
+              "checkpoint)", file=sys.stderr)
+        return 130
 
 
 def build_parser_for(argv: list[str]) -> argparse.ArgumentParser:
@@ -117,6 +143,8 @@ def build_parser_for(argv: list[str]) -> argparse.ArgumentParser:
     tiny = commands.add_parser("build-tiny", help="build the bundled tiny model (playpen-tiny)")
     tiny.add_argument("--force", action="store_true", help="rebuild even if an up-to-date build exists")
     chosen = argv[0] if argv else None
+    for name, help_text in SUBMIT_ALIASES.items():
+        commands.add_parser(name, help=f"{help_text} (playpen submit {name})", add_help=False)
     for name, (module, help_text) in COMMANDS.items():
         sub = commands.add_parser(name, help=help_text)
         if name == chosen:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import types
 import typing
 from pathlib import Path
@@ -110,6 +111,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise PlaypenError(f"{where}: expected a mapping, got {value!r}")
         return dict(value)
+    if tp is Path and isinstance(value, str):
+        return Path(value)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if tp is float and isinstance(value, str):
@@ -120,6 +123,20 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if isinstance(tp, type) and not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
         raise PlaypenError(f"{where}: expected {_type_name(tp)}, got {value!r}")
     return value
+
+
+def signature_dataclass(func, name: str, skip: tuple[str, ...] = (), extra: tuple = ()) -> type:
+    """A config dataclass whose keys are `func`'s own keyword arguments (types and defaults included), plus
+    `extra` (name, type, default) fields: a job's YAML keys cannot drift from the function the job calls."""
+    hints = typing.get_type_hints(func)
+    fields = []
+    for param in inspect.signature(func).parameters.values():
+        if param.name in skip or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        default = dataclasses.MISSING if param.default is param.empty else param.default
+        fields.append((param.name, hints.get(param.name, Any), dataclasses.field(default=default)))
+    fields += [(n, tp, dataclasses.field(default=d)) for n, tp, d in extra]
+    return dataclasses.make_dataclass(name, fields, frozen=True)
 
 
 def build(cls: type[T], data: dict, where: str) -> T:

@@ -1,6 +1,6 @@
 """The demo's proof on held-out data: clemscore of the untrained model vs the trained adapter.
 
-    python -m playpen.demo --config configs/grpo/demo.yaml [key=value ...]
+    playpen demo [--config configs/grpo/demo.yaml] [key=value ...]      (= python -m playpen.demo)
 
 Run after `python -m playpen.submit grpo --config ... --wait` (what `make demo` does). It finds the run dir the
 same way the trainer does (config hash), evaluates the base model and the run's registered adapter on the
@@ -73,37 +73,43 @@ def plot(results: dict, out: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True)
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "demo.yaml"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=str(DEFAULT_CONFIG), help="the trained run's config (default: the demo)")
     parser.add_argument("--method", default="grpo")
     parser.add_argument("--samples", type=int, default=SAMPLES,
                         help="evaluations at the rollout temperature, one per sampling seed (default: %(default)s)")
     parser.add_argument("overrides", nargs="*", help="the same key=value overrides given to submit")
-    args = parser.parse_args(argv)
-    try:
-        from playpen.eval import evaluate
 
-        if args.samples < 1:
-            raise PlaypenError(f"--samples must be >= 1, got {args.samples}")
-        run, cfg = run_dir_for(args.method, args.config, args.overrides)
-        trained = json.loads((run.path / "model_registry.json").read_text())[-1]["model_name"]
-        # greedy is clemscore's protocol (one play per instance); the rollout temperature shows what RL changed
-        # in the sampled policy, played `samples` times per instance so that a difference is not sampling noise
-        temperatures = sorted({0.0, float(cfg.validation_temperature or 0.0)})
-        summary = {}
-        for temperature in temperatures:
-            for name, model in (("untrained", cfg.model), ("trained", str(run.path))):
-                vals = [evaluate(model, games=[cfg.game], max_tokens=cfg.max_new_tokens, temperature=temperature,
-                                 seed=seed, results_dir=run.path / "eval" / f"{name}-T{temperature:g}-seed{seed}")
-                        for seed in range(args.samples if temperature > 0 else 1)]
-                # the game's own clemscore: val.json files a static game under statscore, not clemscore
-                summary[f"{name} T={temperature:g}"] = {
-                    "model": cfg.model if name == "untrained" else trained, "temperature": temperature,
-                    **pooled(vals, cfg.game)}
-    except PlaypenError as e:
-        print(f"playpen: error: {e}", file=sys.stderr)
-        return 2
+
+def main(args: argparse.Namespace) -> int:
+    from playpen.eval import evaluate
+
+    if args.samples < 1:
+        raise PlaypenError(f"--samples must be >= 1, got {args.samples}")
+    run, cfg = run_dir_for(args.method, args.config, args.overrides)
+    trained = json.loads((run.path / "model_registry.json").read_text())[-1]["model_name"]
+    # greedy is clemscore's protocol (one play per instance); the rollout temperature shows what RL changed
+    # in the sampled policy, played `samples` times per instance so that a difference is not sampling noise
+    temperatures = sorted({0.0, float(cfg.validation_temperature or 0.0)})
+    summary = {}
+    for temperature in temperatures:
+        for name, model in (("untrained", cfg.model), ("trained", str(run.path))):
+            seeds = range(args.samples if temperature > 0 else 1)
+            vals = []
+            for seed in seeds:  # one line per evaluation, rewritten in place: eval's own lines stay off screen
+                print(f"\r[demo] {name} T={temperature:g}: evaluation {seed + 1}/{len(seeds)}", end="",
+                      file=sys.stderr, flush=True)
+                vals.append(evaluate(model, games=[cfg.game], max_tokens=cfg.max_new_tokens,
+                                     temperature=temperature, seed=seed, log=lambda message: None,
+                                     results_dir=run.path / "eval" / f"{name}-T{temperature:g}-seed{seed}"))
+            print(file=sys.stderr)
+            # the game's own clemscore: val.json files a static game under statscore, not clemscore
+            summary[f"{name} T={temperature:g}"] = {
+                "model": cfg.model if name == "untrained" else trained, "temperature": temperature,
+                **pooled(vals, cfg.game)}
     atomic_write_json(run.path / "demo_eval.json", summary)
     plot(summary, run.path / PLOT_FILE)
     print(f"\n[demo] playpen eval on {cfg.game} validation ({len(summary) // 2} temperatures, untrained vs trained)")
@@ -116,4 +122,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from playpen.cli import main as playpen_main
+
+    sys.exit(playpen_main(["demo", *sys.argv[1:]]))

@@ -157,6 +157,30 @@ def test_bad_input_is_one_line_and_submits_nothing(case, tmp_path, monkeypatch, 
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+def test_without_config_the_embedded_default_is_submitted(tmp_path):
+    """The card's own command: `python -m playpen.submit grpo --nodes 2` takes the demo config and says so."""
+    proc = run_cli("grpo", "--nodes", "2", "--dry-run", f"storage_root={tmp_path / 'runs'}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == f"playpen: no --config: submitting the default {REPO / 'configs/grpo/demo.yaml'}"
+    assert "#SBATCH --nodes=2" in proc.stdout and "grpo-demo" in proc.stdout
+    for command, default in (("sft", "sft/tiny_lora.yaml"), ("eval", "eval/tiny.yaml")):
+        proc = run_cli(command, "--dry-run", f"storage_root={tmp_path / 'runs'}")
+        assert proc.returncode == 0 and str(REPO / "configs" / default) in proc.stderr, proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_progress_line_from_metrics(tmp_path):
+    from playpen.train.metrics import progress_line
+
+    metrics = tmp_path / "metrics.jsonl"
+    assert progress_line(metrics) is None
+    metrics.write_text("".join(json.dumps(row) + "\n" for row in [
+        {"step": 1, "time": 100.0, "max_steps": 11, "loss": 0.5, "reward": 0.1, "kl": 0.0},
+        {"step": 2, "time": 101.0, "max_steps": 11, "validation_score": 3.0},  # no training values: not a step
+        {"step": 3, "time": 120.0, "max_steps": 11, "loss": 0.25, "reward": 0.3, "kl": 0.002}]))
+    assert progress_line(metrics) == "step 3/11 (27 %)  reward 0.3  loss 0.25  kl 0.002  ETA 1m20s"
+
+
 def test_missing_config_file_and_status_of_a_non_run(tmp_path, capsys):
     assert main(["grpo", "--config", str(tmp_path / "nope.yaml"), "--executor", "local"]) == 2
     assert "config file" in capsys.readouterr().err
@@ -182,8 +206,13 @@ def test_local_executor_trains_and_status_reports_it(tmp_path):
         [1, 2, 3, 4]
     events = [e["event"] for e in jobs.job_events(run_dir / "logs")]
     assert events == ["started", "finished"]
+    assert "  step 4/4 (100 %)  loss " in proc.stdout  # --wait streamed the run's progress from its metrics
     status = run_cli("status", str(run_dir))
     assert status.returncode == 0 and "FINISHED" in status.stdout and "0 requeue(s) (max 3)" in status.stdout
+    assert "progress: step 4/4 (100 %)  loss " in status.stdout
+    short = subprocess.run([sys.executable, "-m", "playpen.cli", "status", str(run_dir)], capture_output=True,
+                           text=True, timeout=60)
+    assert short.stdout.splitlines()[:4] == status.stdout.splitlines()[:4]  # `playpen status` is the same command
     assert "latest checkpoint-4" in status.stdout and "[playpen] done" in status.stdout
     logs = run_cli("logs", str(run_dir))
     assert "Job completed successfully" in logs.stdout

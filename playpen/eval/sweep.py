@@ -302,20 +302,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status", metavar="SWEEP_DIR")
     parser.add_argument("--aggregate", metavar="SWEEP_DIR")
     args = parser.parse_args(argv)
-    try:
-        if args.status:
-            print(format_status(status(args.status)))
-        elif args.aggregate:
-            print(json.dumps(aggregate(args.aggregate), indent=2))
-        elif args.config:
-            out = run_local(args.config, args.overrides)
-            print(format_status(status(out["aggregate"]["dir"])))
-            return 1 if out["failed"] else 0
-        else:
-            parser.error("give a sweep config, --status DIR or --aggregate DIR")
-    except PlaypenError as e:
-        print(f"playpen: error: {e}", file=sys.stderr)
-        return 2
+    if not (args.status or args.aggregate or args.config):
+        parser.error("give a sweep config, --status DIR or --aggregate DIR")
+    from playpen.cli import guarded
+
+    return guarded(_run_main, args)
+
+
+def _run_main(args) -> int:
+    if args.status:
+        print(format_status(status(args.status)))
+    elif args.aggregate:
+        print(json.dumps(aggregate(args.aggregate), indent=2))
+    else:
+        out = run_local(args.config, args.overrides)
+        print(format_status(status(out["aggregate"]["dir"])))
+        return 1 if out["failed"] else 0
     return 0
 
 

@@ -1,13 +1,15 @@
-"""`python -m playpen.submit`: send a training, eval or sweep job to SLURM (or run it as local processes).
+"""`playpen submit` (= `python -m playpen.submit`): send a training, eval or sweep job to SLURM (or run it as local
+processes).
 
-    python -m playpen.submit {sft,dpo,grpo} --config configs/grpo/demo.yaml [--nodes N] [--gpus-per-node G]
+    python -m playpen.submit {sft,dpo,grpo} [--config configs/grpo/demo.yaml] [--nodes N] [--gpus-per-node G]
         [--cluster PROFILE] [--executor slurm|local] [--container IMAGE.sif|none] [--dry-run] [--wait] [key=value ...]
     python -m playpen.submit eval --config EVAL.yaml ...       python -m playpen.submit sweep --config SWEEP.yaml ...
     python -m playpen.submit status RUN_OR_SWEEP_DIR [-n LINES]
     python -m playpen.submit logs RUN_OR_SWEEP_DIR [--err] [--task N] [-f]
 
+Without --config each command submits its embedded default (DEFAULT_CONFIGS, on playpen-tiny) and says so.
 Every check (profile, executor, nodes, image, storage, config) runs before anything is submitted; a failed one
-prints one line `playpen: error: ...` and exits 2.
+prints one line `playpen: error: ...` and exits 2 (playpen.cli is the one place that does).
 """
 from __future__ import annotations
 
@@ -28,18 +30,25 @@ from playpen.submit.profiles import ClusterProfile, load_profile, with_container
 TRAIN_METHODS = ("sft", "dpo", "grpo")
 SUBMIT_COMMANDS = (*TRAIN_METHODS, "eval", "sweep")
 POLL_S = 1.0
+PROGRESS_EVERY_S = 10.0  # a progress line at most this often while waiting
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m playpen.submit",
-                                     description="Submit playpen jobs to SLURM or run them as local processes.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+# with no --config: the embedded default of each command, on playpen-tiny (the demo's GRPO config for grpo)
+DEFAULT_CONFIGS = {"sft": "sft/tiny_lora.yaml", "dpo": "dpo/tiny_rollouts.yaml", "grpo": "grpo/demo.yaml",
+                   "eval": "eval/tiny.yaml", "sweep": "sweeps/tiny.yaml"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`playpen submit COMMAND ...` (also `python -m playpen.submit COMMAND ...`)."""
+    commands = parser.add_subparsers(dest="submit_command", required=True, metavar="COMMAND")
     helps = {"sft": "supervised fine-tuning", "dpo": "direct preference optimisation",
              "grpo": "GRPO on games", "eval": "play and score games with a model",
              "sweep": "an eval sweep as one job array"}
     for name in SUBMIT_COMMANDS:
         p = commands.add_parser(name, help=helps[name])
-        p.add_argument("--config", required=True, help="experiment YAML (configs/...)")
+        p.add_argument("--config", default=None,
+                       help=f"experiment YAML (default: configs/{DEFAULT_CONFIGS[name]}, on playpen-tiny)")
         p.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
         p.add_argument("--gpus-per-node", type=int, default=None,
                        help="GPUs per node, one task each (default: the profile's gpus_per_node)")
@@ -50,9 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--container", default=None, metavar="IMAGE.sif|none",
                        help="run inside this image (default: the profile's), none: without one")
         p.add_argument("--dry-run", action="store_true", help="print the sbatch script, submit nothing")
-        p.add_argument("--wait", action="store_true", help="block until the job ends and print its result")
+        p.add_argument("--wait", action="store_true",
+                       help="block until the job ends, showing its progress, and print its result")
         p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
-    st = commands.add_parser("status", help="state, requeues and log tail of a run or sweep directory")
+    st = commands.add_parser("status", help="state, requeues, progress and log tail of a run or sweep directory")
     st.add_argument("path")
     st.add_argument("-n", "--lines", type=int, default=10, help="log lines to show (default 10)")
     lg = commands.add_parser("logs", help="print (or follow) a job's log")
@@ -61,26 +71,32 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--task", type=int, default=0, help="task (rank) whose log to show")
     lg.add_argument("--job", default=None, help="job id (default: the latest)")
     lg.add_argument("-f", "--follow", action="store_true", help="keep printing new lines (tail -f)")
-    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.submit_command == "status":
+        print(status.render_status(args.path, args.lines))
+        return 0
+    if args.submit_command == "logs":
+        return show_logs(args)
+    args.command = args.submit_command
+    return submit(args)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-    if extra and (args.command not in SUBMIT_COMMANDS or any(a.startswith("-") for a in extra)):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    if extra:  # key=value overrides written between options
-        args.overrides = [*args.overrides, *extra]
-    try:
-        if args.command == "status":
-            print(status.render_status(args.path, args.lines))
-            return 0
-        if args.command == "logs":
-            return show_logs(args)
-        return submit(args)
-    except PlaypenError as e:
-        print(f"playpen: error: {e}", file=sys.stderr)
-        return 2
+    """`python -m playpen.submit ...` is `playpen submit ...`: one parser, one error boundary (playpen.cli)."""
+    from playpen.cli import main as playpen_main
+
+    return playpen_main(["submit", *(sys.argv[1:] if argv is None else argv)])
+
+
+def default_config(command: str) -> str:
+    path = CONFIGS / DEFAULT_CONFIGS[command]
+    if not path.is_file():
+        raise PlaypenError(f"no --config given and the default {path} is not there (an installed package has no "
+                           f"configs/); pass --config FILE")
+    print(f"playpen: no --config: submitting the default {path}", file=sys.stderr, flush=True)
+    return str(path)
 
 
 # ---------------------------------------------------------------- submit
@@ -114,7 +130,7 @@ def submit(args: argparse.Namespace) -> int:
     exe.check_resources("dry-run" if args.dry_run else kind, profile, res)
     if not args.dry_run:
         profile = exe.check_container(profile)
-    config = str(Path(args.config).expanduser().absolute())
+    config = str(Path(args.config).expanduser().absolute()) if args.config else default_config(args.command)
     if args.command in TRAIN_METHODS:
         plan = plan_train(args, profile, config, res)
     elif args.command == "eval":
@@ -273,17 +289,28 @@ def print_submitted(sub: status.Submission, res: exe.Resources) -> None:
 
 
 def wait(sub: status.Submission, submitted: list) -> int:
-    """Block until every job is done; print state changes and the results (or the error and the log tail)."""
-    last = None
+    """Block until every job is done; print state changes, a training run's progress as its metrics come in
+    (the same line `status` shows), then the results (or the error and the log tail)."""
+    from playpen.train.metrics import progress_line
+
+    last, shown, printed = None, None, 0.0
+    metrics = Path(sub.directory) / "metrics.jsonl"
     while True:
         states = status.job_states(sub)
         summary = ", ".join(sorted({s for s, _ in states.values()}))
         if summary != last:
             print(f"  state: {summary}", flush=True)
             last = summary
+        progress = progress_line(metrics) if sub.kind == "train" else None
+        if progress and progress != shown and time.time() - printed >= PROGRESS_EVERY_S:
+            print(f"  {progress}", flush=True)
+            shown, printed = progress, time.time()
         if all(job.done() for job in submitted):
             break
         time.sleep(POLL_S)
+    progress = progress_line(metrics) if sub.kind == "train" else None
+    if progress and progress != shown:  # where the run ended
+        print(f"  {progress}", flush=True)
     failed = 0
     for job in submitted:
         try:

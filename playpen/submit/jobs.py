@@ -11,10 +11,12 @@ import socket
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import submitit
 
+from playpen.config import signature_dataclass
+from playpen.eval.evaluation import evaluate
 from playpen.storage import append_jsonl, read_jsonl
 from playpen.submit.launch import TaskInfo, setup_distributed
 
@@ -90,21 +92,10 @@ class TrainJob(PlaypenJob):
                 "host": task.host}
 
 
-@dataclass(frozen=True)
-class EvalSpec:
-    """`submit eval --config FILE`: the arguments of `playpen eval` (playpen.eval.evaluate) as YAML keys."""
-
-    model: str
-    games: list[str] | None = None
-    results_dir: str | None = None  # default: <storage_root>/eval/<model>-<time>
-    storage_root: str | None = None
-    suite: str = "all"
-    max_tokens: int = 300
-    temperature: float = 0.0
-    instances: int | None = None
-    instance_set: str = "validation"
-    batch_size: int = 8
-    skip_gameplay: bool = False
+# `submit eval --config FILE`: the arguments of `playpen eval` (playpen.eval.evaluate) as YAML keys, taken from
+# its signature; results_dir defaults to <storage_root>/eval/<model>-<time>
+EvalSpec = signature_dataclass(evaluate, "EvalSpec", skip=("log",),
+                               extra=(("storage_root", Optional[str], None),))
 
 
 class EvalJob(PlaypenJob):

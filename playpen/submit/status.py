@@ -19,6 +19,7 @@ from submitit.slurm.slurm import read_job_id
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json
 from playpen.submit.jobs import job_events
+from playpen.train.metrics import progress_line
 
 SUBMISSIONS_FILE = "submissions.json"
 # Scheduler states of a job that is not over yet (SLURM's, and RUNNING for a local process).
@@ -198,9 +199,9 @@ def render_status(directory: str | Path, lines: int = 10) -> str:
                    if p.is_dir() and p.name.split("-")[1].isdigit())
     if steps:
         out.append(f"  checkpoints: {len(steps)} (latest checkpoint-{steps[-1]})")
-    metrics = directory / "metrics.jsonl"
-    if metrics.is_file() and metrics.stat().st_size:
-        out.append(f"  last metrics: {tail(metrics, 1)[0][:200]}")
+    progress = progress_line(directory / "metrics.jsonl")
+    if progress:
+        out.append(f"  progress: {progress}")
     shown = [j for j, (s, _) in states.items() if s not in ("COMPLETED", "FINISHED")][:1] or sub.job_ids[-1:]
     for job_id in shown:
         stdout, stderr = sub.log_paths(job_id)

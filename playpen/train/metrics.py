@@ -16,6 +16,27 @@ from playpen.storage import append_jsonl, read_jsonl
 CURVE_FILE = "learning_curve.png"
 
 
+PROGRESS_KEYS = (("reward", "reward"), ("loss", "loss"), ("kl", "kl"), ("episode_score", "score"))
+
+
+def progress_line(metrics_file: str | Path) -> str | None:
+    """One line on how far a run is, from its metrics.jsonl: step/total, reward, loss, KL and the time left at
+    the pace since its first logged step. None before the first row."""
+    rows = [r for r in read_jsonl(metrics_file) if "loss" in r or "reward" in r] if Path(metrics_file).is_file() \
+        else []
+    if not rows:
+        return None
+    last = rows[-1]
+    total = last.get("max_steps")
+    parts = [f"step {last['step']}" + (f"/{total} ({100 * last['step'] / total:.0f} %)" if total else "")]
+    parts += [f"{label} {last[key]:.4g}" for key, label in PROGRESS_KEYS if key in last]
+    first = rows[0]
+    if total and last["step"] > first["step"] and last["time"] > first["time"]:
+        left = (total - last["step"]) * (last["time"] - first["time"]) / (last["step"] - first["step"])
+        parts.append(f"ETA {int(left // 60)}m{int(left % 60):02d}s")
+    return "  ".join(parts)
+
+
 def _make_callback():
     from transformers import TrainerCallback
 
@@ -42,7 +63,7 @@ def _make_callback():
             if not state.is_world_process_zero or not logs:
                 return
             step = self.step_offset + state.global_step
-            row = {"step": step, "time": round(time.time(), 3)}
+            row = {"step": step, "time": round(time.time(), 3), "max_steps": self.step_offset + state.max_steps}
             for key, value in logs.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                     row[key] = value
