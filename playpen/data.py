@@ -331,10 +331,6 @@ def main(args: argparse.Namespace) -> int:
 if __name__ == "__main__":
     import sys
 
-    _parser = argparse.ArgumentParser(prog="python -m playpen.data", description=__doc__.split("\n\n")[0])
-    add_arguments(_parser)
-    try:
-        sys.exit(main(_parser.parse_args()))
-    except PlaypenError as _e:
-        print(f"playpen: error: {_e}", file=sys.stderr)
-        sys.exit(2)
+    from playpen.cli import main as playpen_main
+
+    sys.exit(playpen_main(["data", *sys.argv[1:]]))
