@@ -160,3 +160,22 @@ def test_cli_module_is_light():
             "print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.strip()
     assert out == "[]"
+
+
+@pytest.mark.parametrize("player", ["engine", "clemcore"])
+def test_eval_screen_shows_the_table_and_the_log_goes_to_the_results(tiny, tmp_path, player):
+    """clemcore's INFO lines, its scoring/batch bars and transformers' loading bars stay off the screen; they are
+    in <results>/clembench.log, and on screen with -v."""
+    argv = [sys.executable, "-m", "playpen.cli", "eval", "playpen-tiny", "-g", "wordle", *FAST, "--player", player]
+    quiet = subprocess.run([*argv, "-r", str(tmp_path / "q")], capture_output=True, text=True, cwd=tmp_path,
+                           timeout=240)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stdout.splitlines()[0].split() == ["game", "episodes", "%", "played", "quality", "clemscore"]
+    for noise in ("clemcore.run - INFO", "Loading weights", "Scoring episodes", "Batch sizes", "[eval]"):
+        assert noise not in quiet.stderr + quiet.stdout, noise
+    log = (tmp_path / "q" / "clembench.log").read_text()
+    assert "clemcore.run - INFO - Loading game benchmark for wordle" in log and "[eval] wordle: 2 episodes scored" in log
+    loud = subprocess.run([*argv, "-r", str(tmp_path / "v"), "-v"], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=240)
+    assert loud.returncode == 0 and "clemcore.run - INFO" in loud.stdout + loud.stderr
+    assert "[eval] wordle: 2 episodes scored" in loud.stderr

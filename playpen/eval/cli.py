@@ -35,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="episodes generated together (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0,
                         help="sampling seed of the rollout engine when -T > 0 (default: %(default)s)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="clemcore's log lines and progress bars on screen too (always in <results>/clembench.log)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -43,6 +45,6 @@ def main(args: argparse.Namespace) -> int:
     val = evaluate(args.model, games=args.games, results_dir=args.results_dir, skip_gameplay=args.skip_gameplay,
                    suite=args.suite, max_tokens=args.max_tokens, temperature=args.temperature,
                    instances=args.instances, batch_size=args.batch_size, instance_set=args.instance_set,
-                   player=args.player, seed=args.seed)
+                   player=args.player, seed=args.seed, verbose=args.verbose)
     print(format_val(val))
     return 0

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from playpen.errors import PlaypenError
+from playpen.eval.clemlog import clemcore_log, library_bars
 from playpen.eval.models import model_folder, resolve_eval_model
 from playpen.games.instances import instances_file, read_instances, spread
 from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
@@ -40,15 +41,28 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def _eval_log(verbose: bool):
+    """playpen's own lines: into the results folder's log with clemcore's, on screen too when verbose."""
+    import logging
+
+    def log(message: str) -> None:
+        logging.getLogger("playpen.eval").info(message)
+        if verbose:
+            _stderr(message)
+    return log
+
+
 # ---------------------------------------------------------------- playing
 
 class ClemcorePlayer:
     """Plays through clemcore's own runner (batchwise when batch_size > 1 and the backend batches): works for
     every clemcore backend (API models included). The model is loaded once, on the first game."""
 
-    def __init__(self, spec: dict, max_tokens: int, temperature: float, batch_size: int, seed: int = 0):
+    def __init__(self, spec: dict, max_tokens: int, temperature: float, batch_size: int, seed: int = 0,
+                 verbose: bool = False):
         self.spec, self.batch_size = spec, batch_size
         self.max_tokens, self.temperature = max_tokens, temperature
+        self.verbose = verbose  # clemcore's progress bars on screen
         self.seed = seed  # the rollout engine's sampling seed; clemcore's backends sample unseeded
         self._model = None
 
@@ -84,7 +98,8 @@ class ClemcorePlayer:
         rows = GameInstances(entry.name, [{"game_name": entry.name, "experiment": e, "game_instance": i}
                                           for e, i in pairs])
         try:
-            dispatch.run(load_benchmark(entry), rows, models, callbacks=callbacks, batch_size=self.batch_size)
+            with library_bars(self.verbose):
+                dispatch.run(load_benchmark(entry), rows, models, callbacks=callbacks, batch_size=self.batch_size)
         except RuntimeError as e:  # the batchwise runner raises after the batch when episodes failed
             _stderr(f"[eval] {entry.name}: {e}")
 
@@ -110,7 +125,7 @@ class EnginePlayer(ClemcorePlayer):
 
 
 def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int, player: str = "auto",
-                seed: int = 0):
+                seed: int = 0, verbose: bool = False):
     """The rollout engine for local Hugging Face models (when playpen.rollout is installed), clemcore's runner
     for everything else; `player` forces one."""
     if player not in PLAYERS:
@@ -125,8 +140,8 @@ def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int
         except ImportError:
             local = False
     if player == "engine" or (player == "auto" and local):
-        return EnginePlayer(spec, max_tokens, temperature, batch_size, seed)
-    return ClemcorePlayer(spec, max_tokens, temperature, batch_size, seed)
+        return EnginePlayer(spec, max_tokens, temperature, batch_size, seed, verbose)
+    return ClemcorePlayer(spec, max_tokens, temperature, batch_size, seed, verbose)
 
 
 def _ensure_packaged_weights(spec: dict) -> None:
@@ -139,7 +154,7 @@ def _ensure_packaged_weights(spec: dict) -> None:
 
 # ---------------------------------------------------------------- scoring and tables
 
-def score_game(entry: GameEntry, game_dir: Path) -> int:
+def score_game(entry: GameEntry, game_dir: Path, verbose: bool = False) -> int:
     """(Re)score every episode under `game_dir` with the game's clemcore scorer; returns episodes scored."""
     from clemcore.clemgame import GameBenchmark
 
@@ -149,7 +164,7 @@ def score_game(entry: GameEntry, game_dir: Path) -> int:
     # runner, which records no episode that raised, they count as missing, not as played or aborted
     interactions = sorted(p for p in game_dir.rglob("interactions.json") if not (p.parent / "error.json").exists())
     if interactions:
-        with GameBenchmark.load_from_spec(entry.clem_spec()) as benchmark:
+        with GameBenchmark.load_from_spec(entry.clem_spec()) as benchmark, library_bars(verbose):
             benchmark.compute_scores(interactions)
     return sum(1 for _ in game_dir.rglob("scores.json"))
 
@@ -208,7 +223,7 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
              skip_gameplay: bool = False, suite: str = "all", max_tokens: int = DEFAULT_MAX_TOKENS,
              temperature: float = DEFAULT_TEMPERATURE, instances: int | None = None,
              batch_size: int = DEFAULT_BATCH_SIZE, instance_set: str = "validation", player: str = "auto",
-             seed: int = 0, log=_stderr) -> dict:
+             seed: int = 0, verbose: bool = False, log=None) -> dict:
     """Play (unless skip_gameplay), score, and write `<results_dir>/<model>.val.json` + results.csv/html.
 
     Returns the val.json dict (clemscore, statscore, games{name: played/quality/clemscore/...}, results_dir).
@@ -217,6 +232,8 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
     experiments); `instance_set` is validation (default), train, or an instances file name of the game;
     `player` is auto (rollout engine for local HF models, clemcore's runner otherwise), engine or clemcore;
     `seed` seeds the rollout engine's sampling (temperature > 0: another seed plays other episodes).
+    clemcore's log and playpen's own lines go to `<results_dir>/clembench.log`; `verbose` (or a `log` function)
+    shows them too.
     """
     started = time.time()
     if suite not in SUITES:
@@ -248,9 +265,10 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
         plan = [(e, path, in_file_order(read_instances(path), instances)) for e, path in plan]
     # one process writes a results folder at a time: two evals into one -r would mix their episodes and tables
     with exclusive_folder(results, f"results folder {results} is in use by another playpen eval",
-                          "wait for it to end, or pick another -r"):
+                          "wait for it to end, or pick another -r"), clemcore_log(results, verbose) as log_file:
+        log = log or _eval_log(verbose)
         if not skip_gameplay:
-            runner = make_player(spec, max_tokens, temperature, batch_size, player, seed)
+            runner = make_player(spec, max_tokens, temperature, batch_size, player, seed, verbose)
             for entry, path, pairs in plan:
                 game_dir = results / folder / entry.name
                 shutil.rmtree(game_dir, ignore_errors=True)
@@ -266,20 +284,16 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
                     "player": type(runner).__name__, "seconds": round(time.time() - game_started, 1)})
         empty = []
         for entry in entries:
-            scored = score_game(entry, results / folder / entry.name)
+            scored = score_game(entry, results / folder / entry.name, verbose)
             log(f"[eval] {entry.name}: {scored} episodes scored")
             if not scored:
                 empty.append(entry.name)
         if len(empty) == len(entries):  # nothing to score: a val.json or tables now would only mislead
-            import logging
-
-            # why each episode broke is in clemcore's log (the root logger's file, clembench.log in the folder
-            # clemcore was first imported from), where the rollout engine's warnings go too
-            logs = [h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
-            raise PlaypenError(f"no episode of {', '.join(empty)} finished; see {logs[0] if logs else results}")
+            # why each episode broke is in clemcore's log, where the rollout engine's warnings go too
+            raise PlaypenError(f"no episode of {', '.join(empty)} finished; see {log_file}")
         if empty:  # clemcore's tables leave such a game out, and so do the scores: say it loudly
-            log(f"[eval] WARNING: no episode of {', '.join(empty)} finished (see clembench.log); "
-                f"these games are missing from clemscore/statscore")
+            _stderr(f"[eval] WARNING: no episode of {', '.join(empty)} finished (see {log_file}); "
+                    f"these games are missing from clemscore/statscore")
         val = write_val_json(results, spec, {"suite": suite, "seconds": round(time.time() - started, 1),
                                              "games_without_episodes": empty})
         write_clem_tables(results)
