@@ -175,7 +175,9 @@ def test_grpo_resume_replays_without_duplicate_records(storage):
     run = train("grpo", storage, *args)
     full, records = losses(run), record_dirs(run)
     assert json.loads((run.checkpoints / "checkpoint-4" / "playpen_state.json").read_text())["episodes"] == 8
-    shutil.rmtree(run.checkpoints / "checkpoint-4")  # killed during step 4's save: steps 3-4 are replayed
+    # killed during step 4's save (so before the final model): steps 3-4 are replayed
+    shutil.rmtree(run.checkpoints / "checkpoint-4")
+    shutil.rmtree(run.path / "final")
     again = train("grpo", storage, *args)
     assert losses(again) == full
     assert record_dirs(again) == records == {f"step_{s:05d}": 2 for s in range(4)}
@@ -256,6 +258,7 @@ def test_corrupt_checkpoint_names_the_file(capsys, storage, data):
     run = train("sft", storage, *args)
     weights = run.checkpoints / "checkpoint-2" / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-100])  # truncated
+    shutil.rmtree(run.path / "final")  # as if stopped before the end: the rerun resumes from checkpoint-2
     from playpen.cli import main
 
     capsys.readouterr()  # drop the first run's progress output
