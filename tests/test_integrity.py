@@ -285,8 +285,8 @@ def dead_partner(home) -> str:
 
 
 def run_cli(home: Path, *argv: str) -> str:
-    """The command as a user runs it, in a process of its own (clemcore logs to ./clembench.log there). It gets
-    as far as playing, so progress lines come first; it must end in exit 2 and one error line, no traceback."""
+    """The command as a user runs it, in a process of its own (clemcore's logging set up as on the command line).
+    It gets as far as playing, so progress lines come first; it must end in exit 2 and one error line."""
     proc = subprocess.run([sys.executable, "-m", "playpen.cli", *argv], capture_output=True, text=True, cwd=home,
                           timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
@@ -298,8 +298,8 @@ def run_cli(home: Path, *argv: str) -> str:
 def test_eval_where_no_episode_finished_writes_no_scores(dead_partner, home):
     results = home / "res"
     err = run_cli(home, "eval", dead_partner, "-g", "wordle", "--instances", "2", "-r", str(results))
-    assert err == f"playpen: error: no episode of wordle finished; see {home / 'clembench.log'}"
-    assert "APIConnectionError" in (home / "clembench.log").read_text()
+    assert err == f"playpen: error: no episode of wordle finished; see {results / 'clembench.log'}"
+    assert "APIConnectionError" in (results / "clembench.log").read_text()
     assert not list(results.glob("*.val.json")) and not (results / "results.csv").exists()
 
 
