@@ -96,7 +96,8 @@ def hub_cached(repo_id: str) -> bool:
         return False
     if not repo_id or repo_id.count("/") != 1 or Path(repo_id).expanduser().exists():
         return False
-    cached = lambda file: isinstance(try_to_load_from_cache(repo_id, file), str)  # noqa: E731
+    cache_dir = os.environ.get("HF_HUB_CACHE") or None  # read now (the library reads it once, at import)
+    cached = lambda file: isinstance(try_to_load_from_cache(repo_id, file, cache_dir=cache_dir), str)  # noqa: E731
     return cached("config.json") and (cached("model.safetensors") or cached("model.safetensors.index.json"))
 
 

@@ -182,7 +182,11 @@ def ensure_smol_model(path: Path | None = None, log=_stderr, force: bool = False
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.parent / f".{path.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"[{SMOL_MODEL}] another process is converting into {path}; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
         if force or not is_converted(path, sha):
             for leftover in path.parent.glob(f".{path.name}.converting-*"):  # a killed conversion's (we hold the lock)
                 shutil.rmtree(leftover, ignore_errors=True)
