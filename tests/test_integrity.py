@@ -67,25 +67,33 @@ def inputs(tmp_path_factory) -> dict[str, str]:
             "other": str(folder / "other.jsonl")}
 
 
-def method_args(method: str, inputs: dict) -> list[str]:
-    source = {"sft": [f"data={inputs['sft']}", "trainer.per_device_train_batch_size=4"],
-              "dpo": [f"data={inputs['prefs']}", "trainer.per_device_train_batch_size=4"],
-              "grpo": ["game=arithmetic", "instances=2", "group_size=2", "max_new_tokens=8",
-                       "trainer.per_device_train_batch_size=2"]}[method]
-    return [f"experiment={method}", "run_id=try2", "trainer.max_steps=2", "cpu_threads=1", *source]
+RUNS = {  # name: (method, its inputs); every run is playpen-tiny for 2 steps (DPO from rollouts: 2 rounds)
+    "sft": ("sft", ["data={sft}", "trainer.per_device_train_batch_size=4", "trainer.max_steps=2"]),
+    "dpo": ("dpo", ["data={prefs}", "trainer.per_device_train_batch_size=4", "trainer.max_steps=2"]),
+    "dpo-rollouts": ("dpo", ["game=wordle", "instances=2", "group_size=3", "iterations=2", "max_new_tokens=8",
+                             "temperature=1.5", "trainer.per_device_train_batch_size=2", "trainer.max_steps=1"]),
+    "grpo": ("grpo", ["game=arithmetic", "instances=2", "group_size=2", "max_new_tokens=8",
+                      "trainer.per_device_train_batch_size=2", "trainer.max_steps=2"]),
+}
+
+
+def run_argv(name: str, root: Path, inputs: dict) -> list[str]:
+    method, args = RUNS[name]
+    return ["train", method, f"storage_root={root}", f"experiment={name}", "run_id=try2", "cpu_threads=1",
+            *(a.format(**inputs) for a in args)]
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, inputs):
-    """trained(method) -> storage root holding one finished 2-step run of that method (trained once a module)."""
+    """trained(name) -> storage root holding one finished run of RUNS[name] (trained once a module)."""
     roots: dict[str, Path] = {}
 
-    def get(method: str) -> Path:
-        if method not in roots:
-            root = tmp_path_factory.mktemp(f"trained-{method}") / "runs"
-            assert main(["train", method, f"storage_root={root}", *method_args(method, inputs)]) == 0
-            roots[method] = root
-        return roots[method]
+    def get(name: str) -> Path:
+        if name not in roots:
+            root = tmp_path_factory.mktemp(f"trained-{name}") / "runs"
+            assert main(run_argv(name, root, inputs)) == 0
+            roots[name] = root
+        return roots[name]
 
     return get
 
@@ -96,26 +104,28 @@ def copy_of(root: Path, tmp_path: Path) -> Path:
     return tmp_path / "runs"
 
 
-@pytest.mark.parametrize("method", ["sft", "dpo", "grpo"])
-def test_rerunning_a_finished_run_trains_nothing(capsys, home, trained, inputs, method):
-    root = copy_of(trained(method), home)
-    run = root / method / "try2"
+@pytest.mark.parametrize("name", RUNS)
+def test_rerunning_a_finished_run_trains_nothing(capsys, home, trained, inputs, name):
+    root = copy_of(trained(name), home)
+    run = root / name / "try2"
     before = snapshot(run)
-    assert {p.name for p in (run / "checkpoints").glob("checkpoint-*")} == {"checkpoint-2"}
+    step = json.loads((run / "finished.json").read_text())["global_step"]
+    planned = "" if name == "dpo-rollouts" else " of max_steps 2"  # (its max_steps bounds each round)
     capsys.readouterr()
     for threads in ("1", "2"):  # twice, the second time with a knob that changes nothing learned
-        assert main(["train", method, f"storage_root={root}", *method_args(method, inputs),
-                     f"cpu_threads={threads}"]) == 0
+        assert main([*run_argv(name, root, inputs), f"cpu_threads={threads}"]) == 0
         out = capsys.readouterr().out
-        assert f"already complete: {run} (step 2 of max_steps 2); final model {run / 'final'}" in out, out
+        assert f"already complete: {run} (step {step}{planned}); final model {run / 'final'}" in out, out
         assert "Nothing trained" in out
     assert snapshot(run) == before
+    if name != "dpo-rollouts":
+        assert {p.name for p in (run / "checkpoints").glob("checkpoint-*")} == {"checkpoint-2"}
 
 
 def test_rerun_with_other_values_is_refused_before_anything_loads(capsys, home, trained, inputs):
     root = copy_of(trained("sft"), home)
     run = root / "sft" / "try2"
-    base = ["train", "sft", f"storage_root={root}", *method_args("sft", inputs)]
+    base = run_argv("sft", root, inputs)
     cases = [  # (extra arguments, what the one line names)
         (["trainer.max_steps=4"], "trainer.max_steps: 2 -> 4"),
         ([f"data={inputs['other']}"], 'other.jsonl"'),
@@ -141,7 +151,7 @@ def test_allow_config_change_continues_the_run_and_keeps_the_old_config(capsys, 
     root = copy_of(trained("sft"), home)
     run = root / "sft" / "try2"
     old_config = (run / "config.yaml").read_bytes()
-    args = ["train", "sft", f"storage_root={root}", *method_args("sft", inputs), "trainer.max_steps=3"]
+    args = [*run_argv("sft", root, inputs), "trainer.max_steps=3"]
     assert main([*args, "allow_config_change=true"]) == 0
     assert "allow_config_change: continuing" in capsys.readouterr().out
     assert (run / "config.before-step2.yaml").read_bytes() == old_config
@@ -193,7 +203,7 @@ def test_exclusive_folder_admits_one_holder_at_a_time(tmp_path):
 def test_second_training_of_a_run_refuses(capsys, home, inputs):
     run = home / "runs" / "sft" / "try2"
     with Holder(run) as other:
-        err = refused(capsys, ["train", "sft", f"storage_root={home / 'runs'}", *method_args("sft", inputs)], run)
+        err = refused(capsys, run_argv("sft", home / "runs", inputs), run)
     assert err == (f"playpen: error: run folder {run} is in use by another playpen train ({other.where}); "
                    f"wait for it to end, or pass run_id=<new id> to start a separate run")
 

@@ -93,8 +93,12 @@ class DPO(Recipe):
     def final_step(self, session: Session, trainer) -> int:
         return super().final_step(session, trainer) if session.cfg.data else session.state["global_step"]
 
+    def planned_steps(self, cfg: Config) -> int:
+        # from rollouts, max_steps bounds each round, and a round without preference pairs trains nothing
+        return super().planned_steps(cfg) if cfg.data else -1
+
     def is_complete(self, cfg: Config, run, final_step: int) -> bool:
-        """From rollouts, max_steps bounds each round: the run is complete when its last round is done."""
+        """From rollouts, the run is complete when its last round is done."""
         if cfg.data:
             return super().is_complete(cfg, run, final_step)
         return all((_iter_dir(run, k) / DONE).is_file() for k in range(cfg.iterations))

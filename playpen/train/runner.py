@@ -90,8 +90,9 @@ class Recipe:
         state = load_state(checkpoint)
         return checkpoint, state.get("global_step", state["step"])
 
-    def max_steps(self, cfg) -> int:
-        """trainer.max_steps as TRL will read it; <= 0 means "train for num_train_epochs"."""
+    def planned_steps(self, cfg) -> int:
+        """The global step a complete run of `cfg` ends at: trainer.max_steps as TRL reads it; <= 0 when it is not
+        known before training (num_train_epochs)."""
         return int({**self.trainer_defaults(cfg), **cfg.trainer}.get("max_steps", -1))
 
     def final_step(self, session: "Session", trainer) -> int:
@@ -100,9 +101,13 @@ class Recipe:
 
     def is_complete(self, cfg, run: RunDir, final_step: int) -> bool:
         """Whether a finished run already did what `cfg` asks: resuming it would train past max_steps (TRL runs one
-        more step when resumed at max_steps). Epoch-based runs (max_steps <= 0) are done once finished."""
-        max_steps = self.max_steps(cfg)
-        return max_steps <= 0 or final_step >= max_steps
+        more step when resumed at max_steps). Runs without a planned step count are done once finished."""
+        planned = self.planned_steps(cfg)
+        return planned <= 0 or final_step >= planned
+
+    def load_model(self, session: "Session", path: str, quantization: str | None, dtype, adapter: str | None):
+        """The model `fit` trains: a causal LM (the reward recipe loads a sequence classifier instead)."""
+        return builders.load_model(path, quantization, dtype, peft_model=adapter)
 
     def fit(self, session: "Session") -> Any:
         """Train; return the trainer whose model is saved as final."""
@@ -324,8 +329,8 @@ def _registered(run: RunDir, name: str | None) -> bool:
 
 
 def _already_complete(recipe: Recipe, cfg, run: RunDir, finished: dict) -> str:
-    max_steps = recipe.max_steps(cfg)
-    target = f" of max_steps {max_steps}" if max_steps > 0 else ""
+    planned = recipe.planned_steps(cfg)
+    target = f" of max_steps {planned}" if planned > 0 else ""
     name = f", registered as {finished['model_name']}" if cfg.register and finished.get("model_name") else ""
     return (f"[playpen] already complete: {run.path} (step {finished.get('global_step')}{target}); final model "
             f"{run.path / FINAL_DIR}{name}. Nothing trained; to train on, raise trainer.max_steps with "
@@ -368,7 +373,7 @@ def _build(session: Session) -> None:
     dtype = builders.model_dtype(cfg.dtype, cfg.lora is None, session.deepspeed is not None)
     session.tokenizer = builders.load_tokenizer(spec["huggingface_id"])
     adapter = model_config.get("peft_model")
-    session.model = builders.load_model(spec["huggingface_id"], quantization, dtype, peft_model=adapter)
+    session.model = session.recipe.load_model(session, spec["huggingface_id"], quantization, dtype, adapter)
     if adapter and cfg.lora is None:
         raise PlaypenError(f"{session.where}: model {cfg.model} is an adapter (peft_model); full-weight training "
                            f"needs lora: {{}} or a merged model")
