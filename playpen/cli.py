@@ -1,10 +1,11 @@
 """`playpen` command line: parse, then call one function. Heavy imports (torch, trl) happen inside commands.
 
     playpen list models [-v] | games [-v]
-    playpen train {sft,dpo,grpo} --config configs/... [key=value ...]
+    playpen train {sft,dpo,grpo,reward} --config configs/... [key=value ...]
     playpen run my_trainer.py -l LEARNER [-t TEACHER] [-L MAX_TOKENS] [-T TEMPERATURE]
     playpen eval MODEL [-g GAME ...] [-r RESULTS_DIR] [--skip_gameplay]
     playpen data RESULTS_DIR -o dataset.jsonl [--game G] [--outcome success] [--model M]
+    playpen meter MODEL --classifier C --prompts FILE [-n K] [--label L] [--compare OTHER]
     playpen submit {sft,dpo,grpo,eval,sweep} [--config ...] [--nodes N] [--dry-run] [--wait]   (= python -m playpen.submit)
     playpen status|logs RUN_DIR          playpen sweep [--config SWEEP.yaml]         playpen demo [--config ...]
     playpen build-tiny [--force]
@@ -20,13 +21,14 @@ from playpen.errors import PlaypenError
 
 # command → module that provides add_arguments(parser) and main(args) -> int; imported only when needed
 COMMANDS = {
-    "train": ("playpen.train.cli", "train a model with one method (sft, dpo, grpo) from a YAML config"),
+    "train": ("playpen.train.cli", "train a model with one method (sft, dpo, grpo, reward) from a YAML config"),
     "run": ("playpen.train.cli_run", "run a user-written trainer class (playpen run FILE -l LEARNER)"),
     "eval": ("playpen.eval.cli", "play and score the validation games: clemscore and statscore"),
     "data": ("playpen.data", "turn interactions.json files into a conversational dataset (jsonl)"),
     "submit": ("playpen.submit.cli", "send a train/eval/sweep job to SLURM or local processes (= python -m "
                                      "playpen.submit)"),
     "demo": ("playpen.demo", "evaluate the demo run: untrained vs trained on held-out instances"),
+    "meter": ("playpen.reward.meter", "score a model's sampled completions with a classifier or scorer"),
 }
 # short forms of submit's own commands: `playpen status DIR` is `playpen submit status DIR`
 SUBMIT_ALIASES = {"status": "state, progress and log tail of a run or sweep directory",

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Iterable
 if TYPE_CHECKING:
     from playpen.storage import RunDir
 
-METHODS = {"sft": "playpen.train.sft", "dpo": "playpen.train.dpo", "grpo": "playpen.train.grpo"}
+METHODS = {"sft": "playpen.train.sft", "dpo": "playpen.train.dpo", "grpo": "playpen.train.grpo",
+           "reward": "playpen.train.reward"}
 
 
 def train(method: str, config: str | None = None, overrides: Iterable[str] = ()) -> "RunDir":

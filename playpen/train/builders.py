@@ -132,16 +132,21 @@ def load_tokenizer(path: str):
     return tokenizer
 
 
-def load_model(path: str, quantization: str | None, dtype, peft_model: str | None = None, trainable: bool = True):
-    """AutoModelForCausalLM (optionally 4/8-bit), plus an existing adapter when the spec names one."""
-    from transformers import AutoModelForCausalLM
+def load_model(path: str, quantization: str | None, dtype, peft_model: str | None = None, trainable: bool = True,
+               num_labels: int | None = None):
+    """AutoModelForCausalLM (optionally 4/8-bit), plus an existing adapter when the spec names one; with
+    `num_labels` an AutoModelForSequenceClassification with that many outputs (reward models)."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     kwargs: dict[str, Any] = {"dtype": dtype}
+    if num_labels is not None:
+        kwargs["num_labels"] = num_labels
     if quantization:
         kwargs["quantization_config"] = bnb_config(quantization, dtype)
         if has_cuda():
             kwargs["device_map"] = {"": dist_info()[2]}
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    auto_class = AutoModelForCausalLM if num_labels is None else AutoModelForSequenceClassification
+    model = auto_class.from_pretrained(path, **kwargs)
     if quantization == "4bit" and not has_cuda():
         # bitsandbytes repacks 4-bit weights into an inference-only CPU format on the first eval-mode no-grad
         # forward (rollouts!); training afterwards breaks on layers with a bias. Keep the trainable format.

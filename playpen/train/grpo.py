@@ -21,13 +21,20 @@ from itertools import groupby
 
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json, read_jsonl
-from playpen.train import rollouts
+from playpen.train import learned_reward, rollouts
 from playpen.train.runner import Recipe, Session
 
 
 @dataclass
 class Config(rollouts.GameConfig):
-    """All keys come from GameConfig and TrainConfig; `trainer:` takes trl.GRPOConfig keys."""
+    """Keys of GameConfig and TrainConfig, plus a learned reward (learned_reward.py); `trainer:` takes
+    trl.GRPOConfig keys."""
+
+    prompts: str | None = None           # jsonl of prompts: single-turn GRPO against reward_model (no game)
+    reward_model: str | None = None      # sequence classifier (registry name, folder) or callable scorer
+    reward_label: str | None = None      # the label of a multi-label reward_model to reward
+    reward_weight: float = 1.0           # with a game: weight of the learned reward in the sum ...
+    game_reward_weight: float = 1.0      # ... and of the game's own episode reward
 
 
 def instance_key(index: int, experiment, instance) -> str:
@@ -211,7 +218,9 @@ class GRPO(Recipe):
     trl_config = "GRPOConfig"
 
     def check(self, cfg: Config, where: str) -> None:
-        rollouts.check_game(cfg, where)
+        learned_reward.check(cfg, where, {**self.trainer_defaults(cfg), **cfg.trainer}.get("beta"))
+        if not cfg.prompts:
+            rollouts.check_game(cfg, where)
 
     def trainer_defaults(self, cfg: Config) -> dict:
         return {"per_device_train_batch_size": cfg.group_size, "beta": 0.04, "learning_rate": 1e-5,
@@ -223,13 +232,16 @@ class GRPO(Recipe):
         # sampled with. The group size is TRL's num_generations.
         # No sampler shuffle: the instances are already shuffled with the run's seed, and TRL's RepeatSampler
         # restarts its generator on resume, so a shuffled resumed run would see other prompts than the original.
-        return {"num_generations": cfg.group_size, "temperature": cfg.temperature, "shuffle_dataset": False}
+        return {"num_generations": cfg.group_size, "temperature": cfg.temperature, "shuffle_dataset": False,
+                **learned_reward.forced(cfg)}
 
     def fit(self, session: Session):
         from datasets import Dataset
         from trl import GRPOTrainer
 
         cfg = session.cfg
+        if cfg.prompts:
+            return learned_reward.fit_on_prompts(session)
         if session.is_main:  # rollouts after the resumed checkpoint are replayed: their records go first
             step = session.state["step"]
             rollouts.clear_records(session.run.records, lambda prefix, n: (prefix == "step" and n >= step) or
@@ -246,9 +258,13 @@ class GRPO(Recipe):
             validation = _validation_callback(session, callbacks[0], val_instances, teacher)
             callbacks.insert(0, validation)  # its end-of-training row lands before metrics closes tensorboard
         callbacks.insert(0, _records_written_callback(game))  # before the checkpoint's state file says "done"
-        trainer = GRPOTrainer(model=session.model, reward_funcs=[GameRollouts.episode_reward], args=session.args,
+        reward_funcs, rollout_func = [GameRollouts.episode_reward], game.rollout
+        if cfg.reward_model:  # the learned reward beside the game's, weighted (forced reward_weights)
+            reward_funcs.append(learned_reward.game_reward(session))
+            rollout_func = learned_reward.with_learner_text(game.rollout, session.tokenizer)
+        trainer = GRPOTrainer(model=session.model, reward_funcs=reward_funcs, args=session.args,
                               train_dataset=dataset, processing_class=session.tokenizer,
-                              peft_config=session.peft_config, rollout_func=game.rollout, callbacks=callbacks)
+                              peft_config=session.peft_config, rollout_func=rollout_func, callbacks=callbacks)
         if validation is not None:
             validation.trainer = trainer
         trainer.train(resume_from_checkpoint=str(session.resume) if session.resume else None)

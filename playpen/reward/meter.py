@@ -1,0 +1,236 @@
+"""`playpen meter`: how a model's generations score under a classifier (RewardLM's ToxicityMeter, any scorer).
+
+    playpen meter MODEL --classifier C --prompts FILE [-n K] [--label L] [--compare OTHER] [-o DIR]
+
+K completions per prompt are sampled in batches (left-padded, `--batch-size` prompts at a time, seeded, so two
+models see the same random stream), each scored by C: a sequence classifier (registry name, run folder or local
+folder; `--label` picks one label of a multi-label head) or a callable scorer (`vader`, `module:function`).
+Written to DIR (default playpen-meter/<timestamp>/), per model:
+    <model>.completions.csv   prompt index, sample, prompt, completion, score
+    <model>.summary.json      n, mean, std, standard error (over completions, and over prompt means), share
+                              above the threshold (--threshold, else the scorer's own: 0.5 for a label's
+                              probability, 0 for a reward logit, 0.05 for vader)
+    <model>.labelled.jsonl    {prompt, text, label=score}: labelled texts for `playpen train reward` (data:)
+and histogram.png (both models with --compare, plus comparison.json: the difference of means in standard errors).
+Every input is checked before anything loads or is written.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import time
+from pathlib import Path
+
+from playpen.errors import PlaypenError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL", help="registry name or local Hugging Face folder of the generator")
+    parser.add_argument("--classifier", required=True,
+                        help="sequence classifier (registry name, run folder, local folder) or callable scorer "
+                             "(vader, package.module:function)")
+    parser.add_argument("--prompts", required=True, help='jsonl, one {"prompt": "..." or [messages]} per line')
+    parser.add_argument("-n", "--samples", type=int, default=4, help="completions per prompt (default 4)")
+    parser.add_argument("--label", default=None, help="the classifier label to score (multi-label heads)")
+    parser.add_argument("--compare", default=None, metavar="OTHER", help="meter a second model the same way")
+    parser.add_argument("-o", "--output", type=Path, default=None, help="folder (default playpen-meter/<time>)")
+    parser.add_argument("--threshold", type=float, default=None, help="report the share of scores above this")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--batch-size", type=int, default=16, help="prompts generated together (x samples)")
+    parser.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _check(args: argparse.Namespace):
+    from playpen.reward.prompts import read_prompts
+    from playpen.reward.scorers import resolve_scorer
+    from playpen.train.builders import resolve_model_spec
+
+    for flag, value, low in (("-n", args.samples, 1), ("--max-new-tokens", args.max_new_tokens, 1),
+                             ("--batch-size", args.batch_size, 1)):
+        if value < low:
+            raise PlaypenError(f"{flag} must be >= {low}, got {value}")
+    if args.temperature < 0:
+        raise PlaypenError(f"--temperature must be >= 0, got {args.temperature}")
+    if args.output is not None and args.output.exists() and not args.output.is_dir():
+        raise PlaypenError(f"--output {args.output} is a file; give a folder")
+    prompts = read_prompts(args.prompts, "--prompts", "prompts", args.limit)
+    models = [args.model] + ([args.compare] if args.compare else [])
+    specs = [resolve_model_spec(name) for name in models]
+    for name, spec in zip(models, specs):
+        if spec.get("method") == "reward":
+            raise PlaypenError(f"{name} is a reward model (a classifier), not a generator; meter it with "
+                               f"--classifier {name}")
+    scorer = resolve_scorer(args.classifier, args.label)
+    return prompts, list(zip(models, specs)), scorer
+
+
+def _quiet() -> None:
+    import logging
+    import os
+    import warnings
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def generate(spec: dict, prompts: list[list[dict]], samples: int, max_new_tokens: int, temperature: float,
+             batch_size: int, seed: int) -> list[tuple[int, int, str]]:
+    """(prompt index, sample index, completion) for every prompt x sample, sampled in batches."""
+    import torch
+
+    from playpen.train import builders
+
+    tokenizer = builders.load_tokenizer(spec["huggingface_id"])
+    tokenizer.padding_side = "left"
+    model_config = spec.get("model_config") or {}
+    quantization = "4bit" if model_config.get("load_in_4bit") else "8bit" if model_config.get("load_in_8bit") \
+        else None
+    dtype = torch.bfloat16 if builders.has_cuda() else torch.float32
+    model = builders.load_model(spec["huggingface_id"], quantization, dtype,
+                                peft_model=model_config.get("peft_model"), trainable=False)
+    model.eval()
+    if builders.has_cuda() and not quantization:
+        model.to("cuda")
+    sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 \
+        else dict(do_sample=False)
+    torch.manual_seed(seed)
+    out = []
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start:start + batch_size]
+        batch = tokenizer.apply_chat_template(chunk, add_generation_prompt=True, return_tensors="pt",
+                                              return_dict=True, padding=True).to(model.device)
+        with torch.inference_mode():
+            ids = model.generate(**batch, max_new_tokens=max_new_tokens, num_return_sequences=samples,
+                                 pad_token_id=tokenizer.pad_token_id, **sampling)
+        texts = tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+        out += [(start + i // samples, i % samples, text.strip()) for i, text in enumerate(texts)]
+    del model
+    return out
+
+
+def summarize(scores: list[float], prompt_of: list[int], threshold: float) -> dict:
+    """Mean, spread and standard errors: over completions (as if independent) and over per-prompt means (the
+    completions of one prompt are correlated, so this one is the honest error when K > 1)."""
+    n = len(scores)
+    mean = sum(scores) / n
+    std = math.sqrt(sum((s - mean) ** 2 for s in scores) / (n - 1)) if n > 1 else 0.0
+    by_prompt: dict[int, list[float]] = {}
+    for p, s in zip(prompt_of, scores):
+        by_prompt.setdefault(p, []).append(s)
+    means = [sum(v) / len(v) for v in by_prompt.values()]
+    m = len(means)
+    prompt_std = math.sqrt(sum((x - mean) ** 2 for x in means) / (m - 1)) if m > 1 else 0.0
+    return {"n": n, "prompts": m, "mean": mean, "std": std, "stderr": std / math.sqrt(n),
+            "stderr_by_prompt": prompt_std / math.sqrt(m), "threshold": threshold,
+            "share_above": sum(s > threshold for s in scores) / n, "min": min(scores), "max": max(scores)}
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip("._") or "model"
+
+
+def _write_model(folder: Path, name: str, prompts, rows, scores, summary) -> None:
+    from playpen.storage import atomic_write_json, atomic_write_text
+
+    slug = _slug(name)
+    csv_path = folder / f"{slug}.completions.csv"
+    tmp = csv_path.with_name(f".{csv_path.name}.tmp")
+    with tmp.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["prompt_index", "sample", "prompt", "completion", "score"])
+        for (p, k, text), score in zip(rows, scores):
+            writer.writerow([p, k, prompts[p][-1]["content"], text, f"{score:.6g}"])
+    tmp.replace(csv_path)
+    atomic_write_json(folder / f"{slug}.summary.json", summary)
+    atomic_write_text(folder / f"{slug}.labelled.jsonl", "".join(
+        json.dumps({"prompt": prompts[p], "text": text, "label": score}, ensure_ascii=False) + "\n"
+        for (p, _, text), score in zip(rows, scores)))
+
+
+def compare(first: dict, second: dict) -> dict:
+    """second - first in standard errors (both kinds), e.g. trained vs base."""
+    diff = second["mean"] - first["mean"]
+    out = {"difference": diff}
+    for key in ("stderr", "stderr_by_prompt"):
+        se = math.sqrt(first[key] ** 2 + second[key] ** 2)
+        out[f"{key}_of_difference"] = se
+        out[f"z_{key}"] = diff / se if se > 0 else float("inf") if diff else 0.0
+    return out
+
+
+def plot_histogram(results: list[tuple[str, list[float], dict]], out: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    low = min(min(s) for _, s, _ in results)
+    high = max(max(s) for _, s, _ in results)
+    bins = [low + (high - low) * i / 30 for i in range(31)] if high > low else 10
+    for (name, scores, summary), color in zip(results, ("tab:blue", "tab:orange")):
+        ax.hist(scores, bins=bins, alpha=0.55, color=color,
+                label=f"{name}: mean {summary['mean']:.3f} ± {summary['stderr']:.3f} (n={summary['n']})")
+        ax.axvline(summary["mean"], color=color, linestyle="--")
+    ax.set_xlabel("score")
+    ax.set_ylabel("completions")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = out.with_name(f".{out.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(out)
+    return out
+
+
+def meter(args: argparse.Namespace) -> Path:
+    prompts, models, scorer_spec = _check(args)  # nothing loaded or written before this passed
+    _quiet()
+    from playpen.reward.scorers import load_scorer
+    from playpen.storage import atomic_write_json
+
+    folder = args.output or Path("playpen-meter") / time.strftime("%Y-%m-%dT%H-%M-%S")
+    folder.mkdir(parents=True, exist_ok=True)
+    scorer = load_scorer(scorer_spec)
+    threshold = scorer_spec.threshold if args.threshold is None else args.threshold
+    results = []
+    for name, spec in models:
+        started = time.perf_counter()
+        rows = generate(spec, prompts, args.samples, args.max_new_tokens, args.temperature, args.batch_size,
+                        args.seed)
+        generated = time.perf_counter() - started
+        scores = scorer([text for _, _, text in rows], [prompts[p] for p, _, _ in rows])
+        summary = {"model": name, "classifier": scorer_spec.description, "label": scorer_spec.label,
+                   "prompts_file": str(args.prompts), "samples_per_prompt": args.samples,
+                   "temperature": args.temperature, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+                   **summarize(scores, [p for p, _, _ in rows], threshold),
+                   "generation_seconds": round(generated, 2),
+                   "scoring_seconds": round(time.perf_counter() - started - generated, 2)}
+        _write_model(folder, name, prompts, rows, scores, summary)
+        results.append((name, scores, summary))
+        print(f"[playpen] {name}: mean {summary['mean']:.4f} ± {summary['stderr']:.4f} (s.e.; by prompt "
+              f"± {summary['stderr_by_prompt']:.4f}), {100 * summary['share_above']:.1f} % above {threshold:g}, "
+              f"n={summary['n']} ({generated:.1f} s generating)", flush=True)
+    if len(results) == 2:
+        comparison = {"first": models[0][0], "second": models[1][0], **compare(results[0][2], results[1][2])}
+        atomic_write_json(folder / "comparison.json", comparison)
+        print(f"[playpen] {models[1][0]} - {models[0][0]}: {comparison['difference']:+.4f} = "
+              f"{comparison['z_stderr']:+.1f} s.e. ({comparison['z_stderr_by_prompt']:+.1f} by prompt)", flush=True)
+    plot_histogram(results, folder / "histogram.png", f"{scorer_spec.description} on {Path(args.prompts).name}")
+    print(f"[playpen] meter results in {folder}")
+    return folder
+
+
+def main(args: argparse.Namespace) -> int:
+    meter(args)
+    return 0

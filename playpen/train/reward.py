@@ -1,0 +1,119 @@
+"""Reward models: TRL's RewardTrainer (Bradley-Terry loss on chosen vs rejected) on preference pairs.
+
+    playpen train reward --config configs/reward/tiny_sentiment.yaml [key=value ...]
+
+The model is the configured base model loaded as a sequence classifier with one output (a new `score` head on
+top of the LM; with LoRA the head is trained in full, `modules_to_save`). Pairs (`playpen.reward.pairs`) come
+from `data:` (a jsonl of chosen/rejected rows or of labelled texts) or `records:` (episodes of the same instance
+in playpen-records: GRPO groups, DPO branches, evaluations). `held_out` of them are kept out of training; the
+accuracy on them (chosen scored above rejected) is logged as eval_accuracy, written to
+<run>/reward_eval.json and printed. Run layout, LoRA/QLoRA/DeepSpeed, resume and the registry entry are the
+shared life cycle (runner.py): the entry (method: reward) is what GRPO's `reward_model:` and `playpen meter
+--classifier` take by name. final/playpen_reward.json says whether the model scores conversations (pairs with a
+prompt) or plain text, so scorers render inputs exactly as the model was trained on.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from playpen.errors import PlaypenError
+from playpen.storage import atomic_write_json
+from playpen.train import builders
+from playpen.train.runner import FINAL_DIR, Recipe, Session, TrainConfig
+
+EVAL_FILE = "reward_eval.json"
+
+
+@dataclass
+class Config(TrainConfig):
+    data: str | None = None             # jsonl: {chosen, rejected[, prompt]} rows or {text, label[, prompt]} rows
+    records: str | None = None          # or a playpen-records / clem results folder: episodes of the same instance
+    game: str | None = None             # records: only this game
+    held_out: float = 0.1               # share of pairs kept out of training for the accuracy
+    label_margin: float = 0.0           # labelled texts: prefer a text only over ones labelled lower by more
+    pairs_per_text: int = 1             # labelled texts: each text is chosen over up to N lower-labelled ones
+    max_pairs: int | None = None        # use N pairs (a seeded sample); null = all
+
+
+def _pairs(cfg: Config, where: str) -> list[dict]:
+    from playpen.reward.pairs import pairs_from_records, read_pairs_file
+
+    if cfg.data:
+        pairs = read_pairs_file(cfg.data, where, cfg.label_margin, cfg.pairs_per_text, cfg.seed)
+    else:
+        pairs = pairs_from_records(cfg.records, where, cfg.game)
+    if cfg.max_pairs and len(pairs) > cfg.max_pairs:
+        pairs = random.Random(cfg.seed).sample(pairs, cfg.max_pairs)
+    return pairs
+
+
+class Reward(Recipe):
+    name = "reward"
+    Config = Config
+    trl_config = "RewardConfig"
+
+    def check(self, cfg: Config, where: str) -> None:
+        if bool(cfg.data) == bool(cfg.records):
+            raise PlaypenError(f"{where}: set exactly one of data (a jsonl of pairs or labelled texts) or records "
+                               f"(a playpen-records folder)")
+        if cfg.game and not cfg.records:
+            raise PlaypenError(f"{where}: game selects episodes from records; remove it or set records")
+        if not 0 <= cfg.held_out < 1:
+            raise PlaypenError(f"{where}: held_out must be a share in [0, 1), got {cfg.held_out}")
+        if cfg.pairs_per_text < 1:
+            raise PlaypenError(f"{where}: pairs_per_text must be >= 1, got {cfg.pairs_per_text}")
+        if (builders.resolve_model_spec(cfg.model).get("model_config") or {}).get("peft_model"):
+            raise PlaypenError(f"{where}: model {cfg.model} is an adapter (peft_model); a reward model starts from "
+                               f"full weights (its base model, or a merged model)")
+        pairs = _pairs(cfg, where)
+        if len(pairs) < 2:
+            raise PlaypenError(f"{where}: {len(pairs)} preference pair(s); a reward model needs at least 2")
+
+    def trainer_defaults(self, cfg: Config) -> dict:
+        return {"max_length": 512, "learning_rate": 1e-4, "per_device_train_batch_size": 8,
+                "per_device_eval_batch_size": 16}
+
+    def load_model(self, session: Session, path: str, quantization: str | None, dtype, adapter: str | None):
+        # one output: the reward. The `score` head is new (TRL's RewardTrainer loads models the same way).
+        return builders.load_model(path, quantization, dtype, peft_model=adapter, num_labels=1)
+
+    def fit(self, session: Session):
+        from datasets import Dataset
+        from trl import RewardTrainer
+
+        from playpen.reward.pairs import pair_format, split_held_out
+        from playpen.reward.scorers import FORMAT_FILE
+
+        cfg, run = session.cfg, session.run
+        pairs = _pairs(cfg, session.where)
+        train, held_out = split_held_out(pairs, cfg.held_out, cfg.seed)
+        peft_config = session.peft_config
+        if peft_config is not None:
+            peft_config.task_type = "SEQ_CLS"  # PEFT then trains the new head in full (modules_to_save)
+        session.log(f"[playpen] {len(pairs)} preference pairs ({pair_format(pairs)}): {len(train)} to train on, "
+                    f"{len(held_out)} held out")
+        trainer = RewardTrainer(
+            model=session.model, args=session.args, train_dataset=Dataset.from_list(train),
+            eval_dataset=Dataset.from_list(held_out) if held_out else None, processing_class=session.tokenizer,
+            peft_config=peft_config, callbacks=session.callbacks(resumed_step=session.state["step"]))
+        trainer.train(resume_from_checkpoint=str(session.resume) if session.resume else None)
+        result = {"pairs": len(pairs), "train_pairs": len(train), "held_out_pairs": len(held_out),
+                  "format": pair_format(pairs)}
+        if held_out:
+            metrics = trainer.evaluate()
+            result.update(accuracy=metrics.get("eval_accuracy"), margin=metrics.get("eval_margin"),
+                          loss=metrics.get("eval_loss"))
+        if session.is_main:
+            atomic_write_json(run.path / EVAL_FILE, result)
+            final = Path(run.path / FINAL_DIR)
+            final.mkdir(parents=True, exist_ok=True)  # the runner saves the model beside it
+            atomic_write_json(final / FORMAT_FILE, {"format": result["format"], "num_labels": 1})
+            if held_out:
+                print(f"[playpen] reward model: held-out accuracy {result['accuracy']:.3f} on {len(held_out)} pairs "
+                      f"(mean margin {result['margin']:.3f}; {run.path / EVAL_FILE})", flush=True)
+        return trainer
+
+
+RECIPE = Reward()
