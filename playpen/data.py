@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from playpen.errors import PlaypenError
+from playpen.games.scores import main_score
 from playpen.storage import atomic_write_text
 
 OUTCOMES = ("success", "lose", "aborted", "unknown")
@@ -131,12 +132,10 @@ def _outcome_from_events(interactions: dict) -> str:
     return "unknown"
 
 
-def _main_score(scores: dict | None):
-    try:
-        value = float(scores["episode scores"]["Main Score"])
-    except (TypeError, KeyError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
+def _main_score(scores: dict | None) -> float | None:
+    """None (null in the dataset) where the game logged no finite Main Score."""
+    value = main_score((scores or {}).get("episode scores") if isinstance(scores, dict) else None)
+    return None if math.isnan(value) else value
 
 
 def _conversation(turns: list, player: str) -> list[dict]:

@@ -23,7 +23,8 @@ from typing import Iterable
 
 import numpy as np
 
-ABORTED, LOSE, SUCCESS, MAIN_SCORE = "Aborted", "Lose", "Success", "Main Score"
+from playpen.games.scores import ABORTED, LOSE, SUCCESS, main_score
+
 SCORES_FILE = "scores.json"
 
 
@@ -41,8 +42,7 @@ class EpisodeScores:
 
     @property
     def quality(self) -> float:
-        value = self.scores.get(MAIN_SCORE)
-        return math.nan if value is None else float(value)
+        return main_score(self.scores)
 
 
 @dataclass(frozen=True)

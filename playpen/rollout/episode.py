@@ -20,6 +20,7 @@ from pathlib import Path
 
 from clemcore.backends.utils import ensure_alternating_roles
 
+from playpen.games.scores import main_score
 from playpen.rollout.generation import Generated, Sequence
 from playpen.rollout.policy import LocalPolicy
 
@@ -79,8 +80,7 @@ class Episode:
 
     @property
     def main_score(self) -> float:
-        value = self.episode_scores.get("Main Score", float("nan"))
-        return float(value) if value is not None else float("nan")
+        return main_score(self.episode_scores)
 
 
 def reward_from(scores: dict) -> tuple[float, bool, bool]:
@@ -88,12 +88,8 @@ def reward_from(scores: dict) -> tuple[float, bool, bool]:
     success = bool(scores.get("Success", 0))
     if aborted:
         return -1.0, True, success
-    main = scores.get("Main Score")
-    try:
-        main = float(main)
-    except (TypeError, ValueError):
-        main = float("nan")
-    return (main / 100.0 if math.isfinite(main) else 0.0), False, success
+    main = main_score(scores)
+    return (0.0 if math.isnan(main) else main / 100.0), False, success
 
 
 def _plain(messages: list[dict]) -> list[dict]:

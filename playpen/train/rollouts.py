@@ -134,13 +134,8 @@ def train_instances(cfg: GameConfig, save_dir: Path | None = None):
 
 
 def main_score(episode) -> float:
-    """The episode's main score 0-100; aborted (NaN) and missing count as 0."""
-    scores = episode.episode_scores or {}
-    value = scores.get("Main Score", scores.get("main_score"))
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return 0.0
+    """The episode's main score 0-100; aborted (NaN) and missing count as 0 in training statistics."""
+    value = episode.main_score
     return 0.0 if math.isnan(value) else value
 
 
