@@ -24,6 +24,7 @@ from tests.paths import CLEMBENCH_SAMPLE as FIXTURES
 
 GAMES = games.BUILTIN_GAMES
 WORDLE_SCORES = {1: 100, 2: 100, 3: 100, 4: 50, 5: 30, 6: 20}
+READING_GAMES = ("debate", "consultancy")  # prompts carry a passage (debate and consultancy: tests/test_debate.py)
 
 
 def rows(game: str, split: str = "validation") -> list[dict]:
@@ -37,6 +38,8 @@ def content_key(game: str, instance: dict):
         return tuple(w for w in words if w.isdigit() or w in ("more", "away", "loses", "bags"))
     if game == "referencegame":
         return tuple(instance["target_grid"])
+    if game in READING_GAMES:
+        return instance["passage"]
     return instance["target_word"]
 
 
@@ -87,9 +90,10 @@ def test_instances_validate_and_splits_are_disjoint(game):
     for split in (validation, train):
         ids = [r["game_instance"]["game_id"] for r in split]
         assert len(set(ids)) == len(ids) and all(isinstance(i, int) for i in ids)  # clemcore finds rows by id
+        budget = 1400 if game in READING_GAMES else 600
         for row in split:  # a prompt must leave room for a multi-turn dialogue in a 2k-token context
             prompts = [v for k, v in row["game_instance"].items() if k.endswith("prompt")]
-            assert prompts and all(len(p) < 600 for p in prompts)
+            assert prompts and all(len(p) < budget for p in prompts)
     assert not {r["game_instance"]["game_id"] for r in validation} & {r["game_instance"]["game_id"] for r in train}
     val_keys = {content_key(game, r["game_instance"]) for r in validation}
     train_keys = {content_key(game, r["game_instance"]) for r in train}
@@ -212,9 +216,10 @@ def test_experts_win_validation_episodes_through_clemcore(game, tmp_path):
     benchmark = games.load_benchmark(game)
     instances = GameInstances(game, rows(game)[::3])  # 7 episodes over all experiments
     n_players = games.game_spec(game)["players"]
-    # a 2-player game gets a stand-in learner (its own name) and an expert partner, as in teacher play
+    # a multi-player game gets a stand-in learner (its own name) and expert partners, as in teacher play
     models = [games.expert_model(skill=1.0, seed=1)] if n_players == 1 else [
-        CustomResponseModel(ModelSpec(model_name="stand-in-learner")), games.expert_model(skill=1.0, seed=1)]
+        CustomResponseModel(ModelSpec(model_name="stand-in-learner"))] + [games.expert_model(skill=1.0, seed=1)] * (
+        n_players - 1)
     folder = ResultsFolder(tmp_path, run_dir="experts")
     infos = {"player_0": "experts"}
     sequential.run(benchmark, instances, models, callbacks=GameBenchmarkCallbackList([
@@ -227,7 +232,7 @@ def test_experts_win_validation_episodes_through_clemcore(game, tmp_path):
         players = json.loads(file.read_text())["players"]
         assert players["GM"]["model_name"] == "programmatic"
         assert players[f"Player {n_players}"]["model_name"] == "programmatic"  # the expert is never a learner
-        if n_players == 2:
+        if n_players > 1:
             assert players["Player 1"]["model_name"] == "stand-in-learner"
         scores = json.loads((file.parent / "scores.json").read_text())
         aborted, success, lose, main = outcome(scores)

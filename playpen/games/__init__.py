@@ -2,6 +2,8 @@
 in/instances.json = validation, in/instances_train.json = train) that `clem run` can play too.
 
 - `wordle`, `taboo`, `referencegame`: interactive games ("benchmark": ["playpen"]), counted in clemscore;
+- `debate`, `consultancy`: reading comprehension argued before a judge who cannot see the passage (three and two
+  seats; see debate/README.md), counted in clemscore;
 - `arithmetic`: a static game ("benchmark": ["static"]), counted in statscore.
 
 Which game a name means (built-ins, or a registered clembench's game of the same name) is playpen.games.registry's
@@ -88,7 +90,12 @@ def play_episode(game: str, row: dict, player_models: list) -> GameMaster:
     return master
 
 
-def demonstrations(episodes_per_game: int, seed: int, games: tuple[str, ...] = BUILTIN_GAMES,
+# The games playpen-tiny is built from (playpen/models/tiny.py): the built-ins as they were when it was built.
+# Games added since (debate, consultancy: long passages, three seats) are left out, so the shipped build stays valid.
+DEMONSTRATION_GAMES = ("wordle", "taboo", "referencegame", "arithmetic")
+
+
+def demonstrations(episodes_per_game: int, seed: int, games: tuple[str, ...] = DEMONSTRATION_GAMES,
                    skill_range: tuple[float, float] = (0.5, 1.0)) -> list[list[dict]]:
     """Expert transcripts for building the tiny model: each game's TRAIN instances played by programmatic experts
     through the real game masters, returned as every player's perspective (alternating user/assistant messages,

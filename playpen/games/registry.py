@@ -25,7 +25,7 @@ from pathlib import Path
 from playpen.errors import PlaypenError
 
 BUILTIN_DIR = Path(__file__).parent
-BUILTIN_GAMES = ("wordle", "taboo", "referencegame", "arithmetic")
+BUILTIN_GAMES = ("wordle", "taboo", "referencegame", "arithmetic", "debate", "consultancy")
 BUILTIN_SOURCE = "built-in"
 BUILTIN_ALIAS = "playpen-"  # a shadowed built-in's name: playpen-<game>
 REGISTRY_FILE = "game_registry.json"

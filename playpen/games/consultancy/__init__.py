@@ -1,0 +1,1 @@
+"""consultancy: one consultant, a judge who asks questions (see ../debate/README.md)."""

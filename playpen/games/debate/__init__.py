@@ -1,0 +1,1 @@
+"""debate: two debaters, a judge who cannot see the passage (see README.md)."""
