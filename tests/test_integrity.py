@@ -251,8 +251,8 @@ def test_data_never_replaces_a_dataset_with_an_empty_one(capsys, tmp_path):
 
 # ---------------------------------------------------------------- a partner that fails
 
-DEAD_BACKEND = '''"""An OpenAI-compatible service that is down: every request fails at once (no retries, unlike clemcore's
-openai_compatible backend, which waits 20 s per reply before giving up)."""
+DEAD_BACKEND = '''"""An OpenAI-compatible service that is down: every request fails at once (no retries; clemcore's
+openai_compatible backend retries for ~25 s per reply before it gives up the same way)."""
 import openai
 
 import clemcore.backends as backends

@@ -302,15 +302,15 @@ def finished_run(recipe: Recipe, cfg, run: RunDir) -> dict | None:
     """finished.json of a run that already trained what `cfg` asks for (its final model and registry entry still
     there), else None. Runs finished before finished.json existed count by their final/ folder, registry entry
     and last checkpoint."""
-    final = run.path / FINAL_DIR
-    if not final.is_dir():
+    marker = run.path / FINISHED_FILE
+    if not (run.path / FINAL_DIR).is_dir():
         return None
-    if run.path.joinpath(FINISHED_FILE).is_file():
+    if marker.is_file():
         try:
-            record = json.loads(run.path.joinpath(FINISHED_FILE).read_text())
+            record = json.loads(marker.read_text())
         except json.JSONDecodeError:
             return None  # cut off while written: the run finishes again from its last checkpoint
-    elif run.path.joinpath(REGISTRY_FILE).is_file():
+    elif (run.path / REGISTRY_FILE).is_file():
         record = {"global_step": recipe.find_resume(cfg, run)[1], "model_name": f"{cfg.experiment}-{run.path.name}"}
     else:
         return None
@@ -339,10 +339,10 @@ def _already_complete(recipe: Recipe, cfg, run: RunDir, finished: dict) -> str:
 
 @contextmanager
 def _hold_run_dir(session: Session):
-    """Rank 0 holds the run dir while it trains, so a second `playpen train` of the same run stops in one line
-    (the other ranks of this job write only where rank 0 tells them). The checks above ran without the lock, before
-    the model loaded: if another training of this run moved on meanwhile, its checkpoints must not be taken for
-    incomplete ones and deleted, so the run is checked again under the lock."""
+    """Rank 0 holds the run dir while it trains, so a second `playpen train` of the same run stops in one line (the
+    other ranks of this job are this training, not a second one). The checks in `run` read the run dir without the
+    lock, before the model loaded: if another training of it moved on meanwhile, its newer checkpoints must not be
+    taken for cut-off ones and deleted, so the run dir is read again under the lock."""
     if not session.is_main:
         yield
         return
