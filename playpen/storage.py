@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import socket
 import tempfile
 import time
@@ -22,6 +23,7 @@ from playpen.errors import PlaypenError
 
 STORAGE_ENV = "PLAYPEN_STORAGE"
 DEFAULT_STORAGE = "runs"
+CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")  # the Hugging Face Trainer's checkpoints/checkpoint-<step>/
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
@@ -107,6 +109,20 @@ def resolve_storage_root(configured: str | Path | None = None) -> Path:
         raise PlaypenError(f"storage root {root} is not writable; "
                            f"set storage_root=<dir> or ${STORAGE_ENV} to a writable folder")
     return root
+
+
+def checkpoint_step(path: str | Path) -> int | None:
+    """The step of a checkpoint-<step> folder (None for any other name): the one parser of that name."""
+    match = CHECKPOINT_NAME.fullmatch(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def checkpoints_in(folder: str | Path) -> list[tuple[int, Path]]:
+    """(step, path) of every checkpoint-<step> folder in `folder`, by step."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted((step, p) for p in folder.iterdir() if p.is_dir() and (step := checkpoint_step(p)) is not None)
 
 
 def new_run_id() -> str:

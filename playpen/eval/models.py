@@ -12,14 +12,7 @@ from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.registry import MODEL_REGISTRY_FILE, model_entries, resolve_model
-
-CHECKPOINT_DIR = re.compile(r"checkpoint-(\d+)")
-
-
-def checkpoint_step(path: Path) -> int | None:
-    match = CHECKPOINT_DIR.fullmatch(Path(path).name)
-    return int(match.group(1)) if match else None
-
+from playpen.storage import checkpoint_step, checkpoints_in
 
 def is_checkpoint(path: Path) -> bool:
     return (path / "adapter_config.json").is_file() or (path / "config.json").is_file()
@@ -86,8 +79,7 @@ def resolve_eval_model(model: str | dict) -> dict:
         return resolve_model(str(path))  # the model the run registered
     if is_checkpoint(path):
         return checkpoint_spec(path)
-    steps = sorted((checkpoint_step(p), p) for p in (path / "checkpoints").glob("checkpoint-*")
-                   if checkpoint_step(p) is not None)
+    steps = checkpoints_in(path / "checkpoints")
     if steps:  # a run that has not registered its final model (yet): its latest checkpoint
         return checkpoint_spec(steps[-1][1])
     registry = path / MODEL_REGISTRY_FILE

@@ -29,7 +29,7 @@ from pathlib import Path
 from playpen.errors import PlaypenError
 from playpen.eval.cells import (CELLS_DIR, RESULT_FILE, STATE_FILE, STATES, SWEEP_FILE, Cell,  # noqa: F401
                                 _read, cell_state, run_cell)
-from playpen.storage import DEFAULT_STORAGE, STORAGE_ENV, atomic_write_json
+from playpen.storage import DEFAULT_STORAGE, STORAGE_ENV, atomic_write_json, checkpoint_step, checkpoints_in
 
 
 # ---------------------------------------------------------------- the YAML file
@@ -73,16 +73,12 @@ def _safe(text: str) -> str:
 
 
 def _checkpoints(run_dir: Path) -> list[Path]:
-    from playpen.eval.models import checkpoint_step
-
-    folder = run_dir / "checkpoints"
-    found = [p for p in folder.iterdir() if p.is_dir() and checkpoint_step(p) is not None] if folder.is_dir() else []
-    return sorted(found, key=checkpoint_step)
+    return [path for _, path in checkpoints_in(run_dir / "checkpoints")]
 
 
 def _run_models(sel: RunSelector, where: str) -> list[dict]:
     """(label, spec, step, checkpoint) for every selected checkpoint of one run."""
-    from playpen.eval.models import base_spec_for, checkpoint_spec, checkpoint_step, is_checkpoint
+    from playpen.eval.models import base_spec_for, checkpoint_spec, is_checkpoint
     from playpen.registry import resolve_model
 
     run_dir = Path(sel.path).expanduser().absolute()

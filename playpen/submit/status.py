@@ -17,7 +17,7 @@ from submitit.core.utils import JobPaths
 from submitit.slurm.slurm import read_job_id
 
 from playpen.errors import PlaypenError
-from playpen.storage import atomic_write_json
+from playpen.storage import atomic_write_json, checkpoints_in
 from playpen.submit.jobs import job_events
 from playpen.train.metrics import progress_line
 
@@ -195,8 +195,7 @@ def render_status(directory: str | Path, lines: int = 10) -> str:
         from playpen.eval import sweep as sweep_mod
 
         out += ["  " + line for line in sweep_mod.format_status(sweep_mod.status(directory)).splitlines()]
-    steps = sorted(int(p.name.split("-")[1]) for p in (directory / "checkpoints").glob("checkpoint-*")
-                   if p.is_dir() and p.name.split("-")[1].isdigit())
+    steps = [step for step, _ in checkpoints_in(directory / "checkpoints")]
     if steps:
         out.append(f"  checkpoints: {len(steps)} (latest checkpoint-{steps[-1]})")
     progress = progress_line(directory / "metrics.jsonl")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import struct
 import zipfile
@@ -17,18 +16,10 @@ from pathlib import Path
 from typing import Callable
 
 from playpen.errors import PlaypenError
-from playpen.storage import atomic_write_json, atomic_write_text, read_jsonl
+from playpen.storage import atomic_write_json, atomic_write_text, checkpoint_step, checkpoints_in, read_jsonl
 
 STATE_FILE = "playpen_state.json"
-CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 FULL_CHECK_BYTES = 1 << 30  # zip files above this get a structural check only (CRCs of 10s of GB take minutes)
-
-
-def checkpoints_in(folder: Path) -> list[tuple[int, Path]]:
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if p.is_dir() and (m := CHECKPOINT.match(p.name))]
-    return sorted(found)
 
 
 def _corrupt(path: Path, why: str, checkpoint: Path) -> PlaypenError:
@@ -100,7 +91,7 @@ def find_resume_checkpoint(folder: Path, log=_log_rank0) -> Path | None:
 
 def remove_incomplete(folder: Path, keep: Path | None) -> None:
     """Drop checkpoints newer than the one resumed from: they were cut off and are rewritten on replay."""
-    keep_step = int(CHECKPOINT.match(keep.name).group(1)) if keep else -1
+    keep_step = checkpoint_step(keep) if keep else -1
     for step, path in checkpoints_in(folder):
         if step > keep_step:
             shutil.rmtree(path, ignore_errors=True)
