@@ -87,18 +87,18 @@ def generate(spec: dict, prompts: list[list[dict]], samples: int, max_new_tokens
     """(prompt index, sample index, completion) for every prompt x sample, sampled in batches."""
     import torch
 
-    from playpen.train import builders
+    from playpen.train import builders, distributed
 
     tokenizer = builders.load_tokenizer(spec["huggingface_id"])
     tokenizer.padding_side = "left"
     model_config = spec.get("model_config") or {}
     quantization = "4bit" if model_config.get("load_in_4bit") else "8bit" if model_config.get("load_in_8bit") \
         else None
-    dtype = torch.bfloat16 if builders.has_cuda() else torch.float32
+    dtype = torch.bfloat16 if distributed.has_cuda() else torch.float32
     model = builders.load_model(spec["huggingface_id"], quantization, dtype,
                                 peft_model=model_config.get("peft_model"), trainable=False)
     model.eval()
-    if builders.has_cuda() and not quantization:
+    if distributed.has_cuda() and not quantization:
         model.to("cuda")
     sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 \
         else dict(do_sample=False)

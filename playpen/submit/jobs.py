@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 

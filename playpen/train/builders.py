@@ -1,4 +1,5 @@
-"""Shared builders: model + tokenizer, LoRA, bitsandbytes quantization, DeepSpeed, TRL arguments, teachers.
+"""Shared builders: model + tokenizer, LoRA, bitsandbytes quantization, DeepSpeed, TRL arguments, teachers
+(processes and collectives: playpen.train.distributed).
 
 Small pure-ish functions, each checking its own input and failing with one PlaypenError line before anything
 is written. Heavy libraries are imported inside the functions.
@@ -6,9 +7,7 @@ is written. Heavy libraries are imported inside the functions.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -16,48 +15,13 @@ from playpen.config import check_keys
 from playpen.errors import PlaypenError
 from playpen.models import ensure_packaged_weights
 from playpen.registry import resolve_model
+from playpen.train.distributed import dist_info, has_cuda
 
 # The seed's LoRA: `lora: {}` in a config means exactly this; keys given there override single fields.
 DEFAULT_LORA = dict(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")
 QUANTIZATION = ("4bit", "8bit")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_BACKENDS = {"huggingface_local", "llamacpp", "_player_human", "_player_programmed", "mock"}
-
-
-# ---------------------------------------------------------------- processes
-
-def dist_info() -> tuple[int, int, int]:
-    """(rank, world_size, local_rank) from the launcher's environment (torchrun, srun via the job layer)."""
-    env = os.environ
-    return int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0))
-
-
-def has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def init_deepspeed_distributed() -> bool:
-    """DeepSpeed needs a process group before the model is built (ZeRO-3 partitions at init). A single plain
-    process gets a one-rank group on a free port instead of DeepSpeed's mpi4py discovery. Returns True when this
-    call created the group (the caller destroys it at the end)."""
-    import deepspeed
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return False
-    if "RANK" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(_free_port()))
-    deepspeed.init_distributed(dist_backend="nccl" if has_cuda() else "gloo")
-    return True
 
 
 # ---------------------------------------------------------------- models

@@ -125,10 +125,9 @@ def _make_resume_state_callback():
             self.step_offset = step_offset
 
         def on_save(self, args, state, control, **kwargs):
-            import torch.distributed as dist
+            from playpen.train.distributed import barrier
 
-            if dist.is_available() and dist.is_initialized():
-                dist.barrier()  # every rank has written its shards
+            barrier()  # every rank has written its shards
             if state.is_world_process_zero:
                 checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
                 atomic_write_json(checkpoint / STATE_FILE,

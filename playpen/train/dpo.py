@@ -19,7 +19,7 @@ from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json, atomic_write_text
-from playpen.train import builders, rollouts
+from playpen.train import builders, distributed, rollouts
 from playpen.train.checkpoints import find_resume_checkpoint, load_state, remove_incomplete
 from playpen.train.metrics import metrics_callback
 from playpen.train.runner import Recipe, Session
@@ -204,12 +204,7 @@ def _plain_pair(pair: dict) -> dict:
 
 
 def _gather(session: Session, items: list) -> list:
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or session.world_size == 1:
-        return items
-    parts = [None] * session.world_size
-    dist.all_gather_object(parts, items)
+    parts = distributed.all_gather(items)
     return [x for part in parts for x in part]
 
 
@@ -247,9 +242,7 @@ class _Saver:
         self.model, self.tokenizer = model, tokenizer
 
     def save_model(self, output_dir: str) -> None:
-        import torch.distributed as dist
-
-        if not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0:
+        if distributed.is_rank_zero():
             self.model.save_pretrained(output_dir)
 
 

@@ -21,7 +21,7 @@ from itertools import groupby
 
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json, read_jsonl
-from playpen.train import learned_reward, rollouts
+from playpen.train import distributed, learned_reward, rollouts
 from playpen.train.runner import Recipe, Session
 
 
@@ -159,7 +159,6 @@ def _validation_callback(session: Session, metrics, val_instances: list, teacher
             self.results: dict[int, dict] = {}
 
         def validate(self, step: int) -> None:
-            import torch.distributed as dist
             from playpen.rollout import LocalPolicy
 
             if step in done:
@@ -174,10 +173,7 @@ def _validation_callback(session: Session, metrics, val_instances: list, teacher
                 stats = rollouts.play_validation(policy, cfg, shard, teacher, session.run.records, tag) \
                     if shard else {}
                 m.train(was_training)
-            parts = [(stats, len(shard))]
-            if dist.is_available() and dist.is_initialized():
-                parts = [None] * session.world_size
-                dist.all_gather_object(parts, (stats, len(shard)))
+            parts = distributed.all_gather((stats, len(shard)))
             total = sum(n for _, n in parts)
             merged = {f"val/{k}": sum(s[k] * n for s, n in parts if n) / total for k in parts[0][0]}
             self.results[step] = merged

@@ -82,9 +82,9 @@ def _make_callback():
 
         def log_row(self, step: int, values: dict) -> None:
             """A row that does not come from the Trainer's log (validation); the caller is rank 0's callback."""
-            import torch.distributed as dist
+            from playpen.train.distributed import is_rank_zero
 
-            if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
+            if not is_rank_zero():
                 return
             append_jsonl(self.metrics_file, {"step": step, "time": round(time.time(), 3), **values})
             writer = self._open()

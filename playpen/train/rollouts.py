@@ -14,7 +14,7 @@ from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.games.instances import generate_instances, instances_file, load_instances, pick_generated
-from playpen.train import builders
+from playpen.train import builders, distributed
 from playpen.train.runner import TrainConfig
 
 
@@ -82,13 +82,13 @@ def load_teacher(cfg: GameConfig):
         model_config = spec.get("model_config", {})
         quantization = "4bit" if model_config.get("load_in_4bit") else "8bit" if model_config.get("load_in_8bit") \
             else None
-        dtype = torch.bfloat16 if builders.has_cuda() else torch.float32
+        dtype = torch.bfloat16 if distributed.has_cuda() else torch.float32
         model = builders.load_model(spec["huggingface_id"], quantization, dtype,
                                     peft_model=model_config.get("peft_model"), trainable=False)
         model.requires_grad_(False)
         model.eval()
-        if builders.has_cuda() and not quantization:
-            model.to(f"cuda:{builders.dist_info()[2]}")
+        if distributed.has_cuda() and not quantization:
+            model.to(f"cuda:{distributed.dist_info()[2]}")
         return LocalPolicy(model, builders.load_tokenizer(spec["huggingface_id"]), name=spec["model_name"])
     return builders.load_clemcore_model(spec, cfg.max_new_tokens, 0.0)
 
@@ -163,13 +163,8 @@ def partner_failure(cfg: GameConfig, episodes, when: str) -> str | None:
     processes (each plays its own share), so every rank stops together."""
     if not cfg.teacher:  # self-play: the learner is every partner
         return None
-    import torch.distributed as dist
-
     failed = [e.error for e in episodes if (e.error or "").startswith(PARTNER_FAILED)]
-    parts = [(len(failed), len(episodes), failed[0] if failed else None)]
-    if dist.is_available() and dist.is_initialized():
-        mine, parts = parts[0], [None] * dist.get_world_size()
-        dist.all_gather_object(parts, mine)
+    parts = distributed.all_gather((len(failed), len(episodes), failed[0] if failed else None))
     n_failed, total = sum(p[0] for p in parts), sum(p[1] for p in parts)
     if n_failed <= PARTNER_FAILURE_LIMIT * total:
         return None

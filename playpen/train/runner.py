@@ -34,7 +34,7 @@ import yaml
 from playpen.config import dump_yaml, load_config, to_dict
 from playpen.errors import PlaypenError
 from playpen.storage import RunDir, atomic_write_json, atomic_write_text, exclusive_folder
-from playpen.train import METHODS, builders
+from playpen.train import METHODS, builders, distributed
 from playpen.train.checkpoints import (find_resume_checkpoint, load_state, remove_incomplete,
                                        resume_state_callback, truncate_jsonl)
 from playpen.train.metrics import CURVE_FILE, metrics_callback, plot_curve
@@ -134,11 +134,11 @@ class Session:
 
     @property
     def rank(self) -> int:
-        return builders.dist_info()[0]
+        return distributed.dist_info()[0]
 
     @property
     def world_size(self) -> int:
-        return builders.dist_info()[1]
+        return distributed.dist_info()[1]
 
     @property
     def is_main(self) -> bool:
@@ -162,10 +162,7 @@ class Session:
                 resume_state_callback(extra_state, step_offset)]
 
     def barrier(self) -> None:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            dist.barrier()
+        distributed.barrier()
 
 
 def default_run_id(method: str, cfg) -> str:
@@ -226,13 +223,13 @@ def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
     run_dir = RunDir.for_experiment(cfg.storage_root, cfg.experiment, cfg.run_id or default_run_id(method, cfg))
     changes = config_changes(run_dir, method, cfg)
     if finished := finished_run(recipe, cfg, run_dir):
-        if builders.dist_info()[0] == 0:
+        if distributed.dist_info()[0] == 0:
             print(_already_complete(recipe, cfg, run_dir, finished), flush=True)
         return run_dir
     resume, reached = recipe.find_resume(cfg, run_dir)
     _quiet_libraries()
     _set_threads(cfg.cpu_threads)
-    owns_group = builders.init_deepspeed_distributed() if deepspeed else False
+    owns_group = distributed.init_deepspeed_distributed() if deepspeed else False
     try:
         session = Session(recipe, cfg, where, run_dir, spec, deepspeed, resume=resume,
                           state={**load_state(resume), "global_step": reached}, config_changes=changes)
@@ -246,7 +243,7 @@ def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
                 raise
             _finish(session, trainer)
     finally:
-        if owns_group or builders.dist_info()[1] > 1:
+        if owns_group or distributed.dist_info()[1] > 1:
             _teardown_distributed()
     return run_dir
 
@@ -460,11 +457,7 @@ def _close_progress_bars() -> None:
 
 
 def _teardown_distributed() -> None:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    distributed.teardown()
     try:
         from accelerate.state import AcceleratorState, PartialState
 
