@@ -53,6 +53,7 @@ class AdvocacyGame(PlaypenGameMaster):
         self.passage, self.correct = instance["passage"], instance["correct"]
         self.speeches: list[pr.Speech] = []
         self.questions: list[str] = []
+        self.verdict: tuple[str, float] | None = None  # (side, probability) once the judge has decided
         self.read: dict[str, set[int]] = {}  # speeches each player has been shown (indices into self.speeches)
         self.turn_index = 0
         self._setup_players(instance)
@@ -111,7 +112,7 @@ class AdvocacyGame(PlaypenGameMaster):
             self.speeches.append(parsed)
             self.log_to_self("speech", parsed.log())
         elif isinstance(parsed, tuple):
-            side, probability = parsed
+            side, probability = self.verdict = parsed
             self.log_to_self("verdict", {"side": side, "probability": probability, "correct": self.correct,
                                          "player_1_side": self.player_1_side})
             won = side == (self.correct if self.protocol.main_score == "judge_correct" else self.player_1_side)

@@ -1,0 +1,87 @@
+"""Reading recorded debate and consultancy episodes (clem's layout: playpen eval results, playpen-records of a run,
+tournament records): who sat where, the judge's view of the dialogue, the verdict, the scores.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GAMES = ("debate", "consultancy")
+
+
+@dataclass
+class Episode:
+    path: Path                  # its interactions.json
+    game: str
+    experiment: str
+    game_id: int
+    seats: dict                 # game role -> model name ("Debater A", "Debater B" / "Consultant", "Judge")
+    correct: str | None
+    player_1_side: str | None
+    verdict: dict | None        # the GM's "verdict" note, None when the judge never decided (aborted)
+    scores: dict = field(default_factory=dict)  # scores.json's episode scores, when scored
+    interactions: dict = field(default_factory=dict)
+
+    @property
+    def aborted(self) -> bool:
+        return self.verdict is None
+
+    def judge_view(self) -> list[dict]:
+        """The judge's own conversation as it saw it (user: what the GM sent, assistant: its replies)."""
+        judge = next(name for name, p in self.interactions["players"].items()
+                     if isinstance(p, dict) and p.get("game_role") == "Judge")
+        messages: list[dict] = []
+        for events in self.interactions["turns"]:
+            for e in events:
+                action = e.get("action") or {}
+                if e.get("to") == judge and action.get("type") == "send message":
+                    role = "user"
+                elif e.get("from") == judge and e.get("to") == "GM" and action.get("type") == "get message":
+                    role = "assistant"
+                else:
+                    continue
+                if messages and messages[-1]["role"] == role:
+                    messages[-1]["content"] += "\n\n" + action["content"]
+                else:
+                    messages.append({"role": role, "content": action["content"]})
+        return messages
+
+
+def _notes(interactions: dict, kind: str) -> list:
+    return [e["action"]["content"] for events in interactions.get("turns", []) for e in events
+            if e.get("from") == "GM" and e.get("to") == "GM" and (e.get("action") or {}).get("type") == kind]
+
+
+def read_episode(path: Path) -> Episode | None:
+    """The episode of one interactions.json, None when it is not a (complete) debate or consultancy record."""
+    try:
+        interactions = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    meta = interactions.get("meta") or {}
+    game = meta.get("game_name") or path.parents[2].name
+    if game.removeprefix("playpen-") not in GAMES or not isinstance(interactions.get("players"), dict):
+        return None
+    instance_file = path.parent / "instance.json"
+    instance = json.loads(instance_file.read_text()) if instance_file.is_file() else {}
+    verdicts = _notes(interactions, "verdict")
+    scores_file = path.parent / "scores.json"
+    scores = json.loads(scores_file.read_text()).get("episode scores", {}) if scores_file.is_file() else {}
+    seats = {p["game_role"]: p.get("model_name", "") for name, p in interactions["players"].items()
+             if name != "GM" and isinstance(p, dict)}
+    side = verdicts[-1]["player_1_side"] if verdicts else instance.get("consultant_side", "A")
+    return Episode(path, game.removeprefix("playpen-"), meta.get("experiment_name") or path.parents[1].name,
+                   meta.get("game_id", instance.get("game_id")), seats, instance.get("correct"), side,
+                   verdicts[-1] if verdicts else None, scores, interactions)
+
+
+def episodes_under(folder: Path) -> list[Episode]:
+    found = (read_episode(p) for p in sorted(Path(folder).rglob("interactions.json")))
+    return [e for e in found if e is not None]
+
+
+def mean(values) -> float:
+    values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return sum(values) / len(values) if values else float("nan")

@@ -1,0 +1,263 @@
+"""Debate tournaments: every ordered pair of debaters (both seatings) before every judge, on a game's instances,
+played by clemcore's runner with one model per seat; then a results table (win rates per debater, overall, as the
+correct and the incorrect side, as A and as B; judge accuracy; a Bradley-Terry rating on the Elo scale) and a
+heatmap. Consultancy: every consultant before every judge (no pairs, no rating).
+
+    python -m playpen.games.debate.tournament configs/debate/tournament_tiny.yaml [key=value ...]
+
+Output folder: records/ (clem layout, scored: `python -m playpen.games.debate.rejudge` and `playpen data` read
+it), matches.json (one row per episode), results.md and heatmap.png. A match whose records are complete is not
+played again when the tournament is rerun (add debaters or judges and rerun: only the new matches play).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from playpen.errors import PlaypenError
+from playpen.games.debate.records import Episode, episodes_under, mean
+
+PROGRAMMATIC = "programmatic"  # the expert advocate in an advocate's seat, the programmatic judge in the judge's
+
+
+@dataclass
+class TournamentConfig:
+    name: str
+    debaters: list[str] = field(default_factory=list)  # registry names or "programmatic" (consultants too)
+    judges: list[str] = field(default_factory=list)
+    game: str = "debate"                 # or consultancy
+    instances: str = "validation"        # instance set (validation: every seat is the model given for it)
+    max_instances: int | None = 6        # per match, spread over experiments
+    self_play: bool = False              # debate: also each debater against itself
+    max_tokens: int = 300
+    temperature: float = 0.0
+    batch_size: int = 8
+    output_dir: str = "runs/tournaments"  # the tournament folder is <output_dir>/<name>
+
+
+def check(cfg: TournamentConfig, where: str) -> None:
+    if cfg.game not in ("debate", "consultancy"):
+        raise PlaypenError(f"{where}: game must be debate or consultancy, got {cfg.game!r}")
+    if not cfg.judges:
+        raise PlaypenError(f"{where}: no judge: list at least one under judges: (a registry model or programmatic)")
+    if not cfg.debaters or (cfg.game == "debate" and len(set(cfg.debaters)) < 2 and not cfg.self_play):
+        raise PlaypenError(f"{where}: list at least two debaters (or one with self_play: true)")
+    from playpen.train.builders import resolve_player
+
+    for name in {*cfg.debaters, *cfg.judges} - {PROGRAMMATIC}:
+        resolve_player(name, "tournament player")  # unknown names and missing keys: one line, before any play
+
+
+def matches(cfg: TournamentConfig) -> list[tuple[str, ...]]:
+    """Seatings in seat order: (A, B, judge) for debate, (consultant, judge) for consultancy."""
+    if cfg.game == "consultancy":
+        return [(c, j) for j in cfg.judges for c in dict.fromkeys(cfg.debaters)]
+    pairs = list(itertools.product(dict.fromkeys(cfg.debaters), repeat=2))
+    return [(a, b, j) for j in cfg.judges for a, b in pairs if a != b or cfg.self_play]
+
+
+def _model(name: str, cache: dict, cfg: TournamentConfig):
+    if name not in cache:
+        if name == PROGRAMMATIC:
+            from playpen.games import expert_model
+
+            cache[name] = expert_model()
+        else:
+            from playpen.train.builders import load_clemcore_model, resolve_player
+
+            cache[name] = load_clemcore_model(resolve_player(name, "tournament player"), cfg.max_tokens,
+                                              cfg.temperature)
+    return cache[name]
+
+
+def play_match(cfg: TournamentConfig, seating: tuple[str, ...], records: Path, cache: dict) -> Path:
+    """Plays one seating over the instances (skipped when its records are complete); returns its folder."""
+    from clemcore.backends import Model
+    from clemcore.clemgame import (ExperimentFileSaver, GameBenchmarkCallbackList, GameInstances,
+                                   InstanceFileSaver, InteractionsFileSaver, ResultsFolder, RunFileSaver)
+    from clemcore.clemgame.runners import dispatch
+
+    from playpen.eval.evaluation import in_file_order, score_game
+    from playpen.games.instances import instances_file, load_benchmark, read_instances
+    from playpen.games.registry import resolve_game
+
+    entry = resolve_game(cfg.game)
+    pairs = in_file_order(read_instances(instances_file(entry, cfg.instances)), cfg.max_instances)
+    models = [_model(name, cache, cfg) for name in seating]
+    folder = records / Model.to_identifier(models) / entry.name
+    done = folder / "match_done.json"
+    if done.is_file() and json.loads(done.read_text()).get("episodes") == len(pairs):
+        return folder
+    out = ResultsFolder(records, run_dir=Model.to_identifier(models))
+    infos = Model.to_infos(models)
+    callbacks = GameBenchmarkCallbackList([
+        InstanceFileSaver(out), ExperimentFileSaver(out, player_model_infos=infos),
+        InteractionsFileSaver(out, player_model_infos=infos), RunFileSaver(out, player_model_infos=infos)])
+    rows = GameInstances(entry.name, [{"game_name": entry.name, "experiment": e, "game_instance": i}
+                                      for e, i in pairs])
+    try:
+        dispatch.run(load_benchmark(entry), rows, models, callbacks=callbacks, batch_size=cfg.batch_size)
+    except RuntimeError as e:  # the batchwise runner raises after the batch when episodes failed
+        print(f"[tournament] {' vs '.join(seating)}: {e}", file=sys.stderr)
+    score_game(entry, folder)
+    done.write_text(json.dumps({"seating": seating, "episodes": len(pairs)}))
+    return folder
+
+
+# ---------------------------------------------------------------- results
+
+def match_rows(episodes: list[Episode], game: str) -> list[dict]:
+    rows = []
+    for e in episodes:
+        names = ([e.seats.get("Debater A"), e.seats.get("Debater B")] if game == "debate"
+                 else [e.seats.get("Consultant")])
+        row = {"judge": e.seats.get("Judge"), "advocates": names, "experiment": e.experiment,
+               "game_id": e.game_id, "correct": e.correct, "player_1_side": e.player_1_side,
+               "aborted": e.aborted, "verdict": None if e.aborted else e.verdict["side"],
+               "probability": None if e.aborted else e.verdict["probability"],
+               "quote_precision": {k: e.scores.get(k) for k in e.scores if k.startswith("Quote Precision")}}
+        rows.append(row)
+    return rows
+
+
+def bradley_terry(games: list[tuple[str, str]], players: list[str], iterations: int = 200) -> dict[str, float]:
+    """Ratings on the Elo scale (1000 = the geometric mean) from (winner, loser) games; every player also gets one
+    virtual win and loss against a 1000-rated anchor, so a player who never (or always) won stays finite."""
+    strength = {p: 1.0 for p in players}
+    for _ in range(iterations):
+        new = {}
+        for p in players:
+            wins = sum(w == p for w, _ in games) + 1
+            denominator = 2 / (strength[p] + 1) + sum(1 / (strength[w] + strength[loser])
+                                                     for w, loser in games if p in (w, loser))
+            new[p] = wins / denominator
+        scale = math.exp(sum(math.log(v) for v in new.values()) / len(new))
+        strength = {p: v / scale for p, v in new.items()}
+    return {p: round(1000 + 400 * math.log10(v), 1) for p, v in strength.items()}
+
+
+def summarize(rows: list[dict], game: str) -> dict:
+    """Per advocate: episodes, win rate (overall, as correct / incorrect side, as A / B), quote precision; per
+    judge: accuracy and % without verdict; debate: ratings and the head-to-head matrix."""
+    advocates = sorted({n for r in rows for n in r["advocates"]})
+    per = {}
+    for name in advocates:
+        seats = [(r, side) for r in rows for side, n in zip("AB" if game == "debate" else [None], r["advocates"])
+                 if n == name and not r["aborted"]]
+        side_of = lambda r, s: s or r["player_1_side"]  # noqa: E731  (consultancy: the consultant's side)
+        won = lambda r, s: float(r["verdict"] == side_of(r, s))  # noqa: E731
+        per[name] = {"episodes": len(seats), "win_rate": mean(won(r, s) for r, s in seats),
+                     "win_rate_correct_side": mean(won(r, s) for r, s in seats if side_of(r, s) == r["correct"]),
+                     "win_rate_incorrect_side": mean(won(r, s) for r, s in seats if side_of(r, s) != r["correct"])}
+        if game == "debate":
+            per[name]["win_rate_as_A"] = mean(won(r, s) for r, s in seats if s == "A")
+            per[name]["win_rate_as_B"] = mean(won(r, s) for r, s in seats if s == "B")
+    judges = {j: {"episodes": sum(r["judge"] == j for r in rows),
+                  "accuracy": mean(float(r["verdict"] == r["correct"]) for r in rows
+                                   if r["judge"] == j and not r["aborted"]),
+                  "no_verdict_pct": 100 * mean(float(r["aborted"]) for r in rows if r["judge"] == j)}
+              for j in sorted({r["judge"] for r in rows})}
+    out = {"advocates": per, "judges": judges}
+    if game == "debate":
+        games = [(r["advocates"][0], r["advocates"][1]) if r["verdict"] == "A" else (r["advocates"][1],
+                                                                                       r["advocates"][0])
+                 for r in rows if not r["aborted"] and r["advocates"][0] != r["advocates"][1]]
+        for name, rating in bradley_terry(games, advocates).items():
+            per[name]["rating"] = rating
+        out["head_to_head"] = {a: {b: mean(float(w == a) for w, loser in games if {w, loser} == {a, b})
+                                   for b in advocates if b != a} for a in advocates}
+    return out
+
+
+def _fmt(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}" if isinstance(x, float) \
+        else str(x)
+
+
+def results_markdown(name: str, summary: dict) -> str:
+    per = summary["advocates"]
+    keys = [k for k in next(iter(per.values()), {}) if k != "episodes"]
+    lines = [f"# Tournament {name}", "", "| advocate | episodes | " + " | ".join(keys) + " |",
+             "|---" * (len(keys) + 2) + "|"]
+    lines += [f"| {a} | {v['episodes']} | " + " | ".join(_fmt(v[k]) for k in keys) + " |"
+              for a, v in sorted(per.items(), key=lambda kv: -kv[1].get("rating", kv[1]["win_rate"] or 0))]
+    lines += ["", "| judge | episodes | accuracy | % no verdict |", "|---|---|---|---|"]
+    lines += [f"| {j} | {v['episodes']} | {_fmt(v['accuracy'])} | {_fmt(v['no_verdict_pct'])} |"
+              for j, v in summary["judges"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def heatmap(summary: dict, rows: list[dict], out: Path) -> Path:
+    """Debate: row debater's win rate against the column debater; consultancy: consultant x judge win rate."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if "head_to_head" in summary:
+        names = sorted(summary["head_to_head"])
+        cols, title = names, "win rate of row vs column (all judges)"
+        grid = [[summary["head_to_head"][a].get(b, float("nan")) for b in cols] for a in names]
+    else:
+        names, cols = sorted(summary["advocates"]), sorted(summary["judges"])
+        title = "consultant win rate per judge"
+        grid = [[mean(float(r["verdict"] == r["player_1_side"]) for r in rows
+                      if r["advocates"][0] == a and r["judge"] == j and not r["aborted"]) for j in cols]
+                for a in names]
+    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(cols), 1.2 + 0.7 * len(names)))
+    ax.imshow([[0.5 if math.isnan(v) else v for v in row] for row in grid], vmin=0, vmax=1, cmap="RdYlGn")
+    for i, row in enumerate(grid):
+        for j, v in enumerate(row):
+            ax.text(j, i, "-" if math.isnan(v) else f"{v:.2f}", ha="center", va="center")
+    ax.set_xticks(range(len(cols)), cols, rotation=30, ha="right")
+    ax.set_yticks(range(len(names)), names)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def run(cfg: TournamentConfig, where: str = "tournament", log=print) -> dict:
+    """Plays the missing matches, then writes matches.json, results.md and heatmap.png; returns the summary."""
+    check(cfg, where)
+    folder = Path(cfg.output_dir).expanduser() / cfg.name
+    records, cache = folder / "records", {}
+    for seating in matches(cfg):
+        log(f"[tournament] {cfg.name}: {' vs '.join(seating[:-1])} before {seating[-1]}")
+        play_match(cfg, seating, records, cache)
+    rows = match_rows(episodes_under(records), cfg.game)
+    summary = summarize(rows, cfg.game)
+    (folder / "matches.json").write_text(json.dumps(rows, indent=1))
+    (folder / "results.md").write_text(results_markdown(cfg.name, summary))
+    heatmap(summary, rows, folder / "heatmap.png")
+    return {"dir": str(folder), **summary}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from playpen.config import load_config
+
+    parser = argparse.ArgumentParser(prog="python -m playpen.games.debate.tournament", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config")
+    parser.add_argument("overrides", nargs="*", help="key=value")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(TournamentConfig, args.config, list(args.overrides))
+        result = run(cfg, args.config)
+    except PlaypenError as e:
+        print(f"playpen: error: {e}", file=sys.stderr)
+        return 2
+    print((Path(result["dir"]) / "results.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
