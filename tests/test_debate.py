@@ -1,0 +1,310 @@
+"""debate and consultancy (issue 15): the protocol (speech order, rounds, scratchpad, quotes verified verbatim,
+verdicts), the programmatic judge and expert advocates, playpen-tiny as debater and as judge, judge-preference
+pairs from branched rounds, one iterative-DPO round, tournaments, re-judging, winning transcripts for SFT, and
+bad inputs failing in one line."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from clemcore.backends import CustomResponseModel, ModelSpec
+from clemcore.clemgame import GameInteractionsRecorder
+
+from playpen import games
+from playpen.games.debate import protocol as pr
+
+PASSAGE = "Mara Okafor works at the bakery. Tomas Reyes works at the library. Mara keeps a parrot."
+ITEM = {"game_id": 0, "passage": PASSAGE, "question": "Where does Mara Okafor work?",
+        "answers": {"A": "the bakery", "B": "the library"}, "correct": "A"}
+
+
+def play(game: str, experiment: dict, instance: dict, responses: list[str], models=None):
+    """Feeds scripted replies through the game master (every seat a stand-in model); returns the master, the
+    context each reply answered, and the scores `clem score` would write."""
+    benchmark = games.load_benchmark(game)
+    master = benchmark.create_game_master(experiment, models or [CustomResponseModel()])
+    master.setup(**instance)
+    recorder = GameInteractionsRecorder(game, experiment["name"], instance["game_id"], "test", {})
+    for player in master.get_players():
+        recorder.log_player(player.name, player.game_role, player.model.name)
+    master.register(recorder)
+    master.before_game()
+    seen, done = [], False
+    for response in responses:
+        assert not done, "the game ended before all scripted replies were used"
+        player = master.current_player
+        seen.append((player.game_role, master.get_context_for(player)["content"]))
+        done, _ = master.step(response)
+    assert done, "the game did not end after the scripted replies"
+    scorer = benchmark.create_game_scorer(experiment, instance)
+    scorer.compute_scores(json.loads(json.dumps(recorder.interactions)))
+    return master, seen, scorer.scores["episode scores"]
+
+
+# ---------------------------------------------------------------- protocol
+
+def test_quotes_are_verified_verbatim_and_marked_for_the_judge():
+    protocol = pr.Protocol(scratchpad=True, max_words=40)
+    speech = pr.read_speech("<scratchpad>secret plan</scratchpad> It is the bakery: <quote>Mara Okafor works at "
+                            "the  bakery</quote>, not <quote>Mara works at the library</quote>. "
+                            "<v_quote>Tomas keeps a parrot</v_quote>", "A", 0, protocol, PASSAGE)
+    assert [q["verified"] for q in speech.quotes] == [True, False, False]  # a forged <v_quote> is checked too
+    assert "secret plan" not in speech.shown and "<v_quote>Mara Okafor works at the  bakery</v_quote>" in speech.shown
+    assert "<u_quote>Mara works at the library</u_quote>" in speech.shown
+    assert pr.verify("  tomas reyes works at the library ", PASSAGE) is False  # case counts: verbatim
+    long = pr.read_speech("word " * 50, "B", 1, protocol, PASSAGE)
+    assert long.truncated and long.shown.endswith("[...]") and len(long.shown.split()) == 41
+    with pytest.raises(ValueError, match="empty"):
+        pr.read_speech("<scratchpad>only thoughts</scratchpad>", "A", 0, protocol, PASSAGE)
+
+
+@pytest.mark.parametrize("reply, expected", [
+    ("A is better supported.\nVerdict: A 0.8", ("A", 0.8)), ("Verdict: b (70%)", ("B", 0.7)),
+    ("Verdict: B with probability 0.95.", ("B", 0.95)), ("Verdict: A, 1", ("A", 1.0)),
+    ("I pick A", None), ("Verdict: A 0.9\nthanks", None)])
+def test_verdicts_parse_from_the_last_line(reply, expected):
+    assert pr.parse_verdict(reply) == expected
+    with pytest.raises(ValueError, match="between 0.5 and 1"):
+        pr.parse_verdict("Verdict: A 0.3")
+
+
+def test_speech_order_rounds_scratchpad_and_scores():
+    experiment = {"name": "t", "rounds": 2, "openings": "simultaneous", "rebuttals": "sequential",
+                  "scratchpad": True}
+    replies = ["Opening A <quote>Mara Okafor works at the bakery</quote>", "<scratchpad>B plan</scratchpad>Opening B",
+               "Rebuttal A <quote>Mara works at the library</quote>", "Rebuttal B", "Thinking.\nVerdict: A 0.9"]
+    master, seen, scores = play("debate", experiment, ITEM, replies)
+    roles = [role for role, _ in seen]
+    assert roles == ["Debater A", "Debater B", "Debater A", "Debater B", "Judge"]
+    assert "Opening A" not in seen[1][1]  # simultaneous openings: B has not heard A's
+    assert "Opening B" in seen[2][1] and "B plan" not in seen[2][1]  # A hears B's opening, not its scratchpad
+    assert "Rebuttal A" in seen[3][1]  # sequential rebuttals: B hears A's rebuttal first
+    judge = seen[4][1]
+    assert "Passage" not in judge and PASSAGE not in judge  # the judge never sees the passage
+    assert "<v_quote>Mara Okafor works at the bakery</v_quote>" in judge
+    assert "<u_quote>Mara works at the library</u_quote>" in judge
+    assert scores["Main Score"] == 100 and scores["Judge Correct"] == 1 and scores["Player 1 Wins"] == 1
+    assert scores["Quote Precision A"] == 0.5 and math.isnan(scores["Quote Precision B"])
+    assert scores["Judge Probability Correct"] == pytest.approx(0.9)
+    _, seen, _ = play("debate", {**experiment, "openings": "sequential"}, ITEM, replies)
+    assert "Opening A" in seen[1][1]  # sequential openings: B hears A's first
+    _, _, scores = play("debate", {**experiment, "main_score": "player_1_preference"}, {**ITEM, "correct": "B"},
+                        replies)
+    assert scores["Main Score"] == pytest.approx(90) and scores["Judge Correct"] == 0  # A's preference, not truth
+    _, _, scores = play("debate", experiment, ITEM, replies[:4] + ["no idea"])
+    assert scores["Aborted"] == 1 and math.isnan(scores["Main Score"])
+
+
+def test_consultancy_judge_asks_then_decides():
+    item = {**ITEM, "consultant_side": "B"}
+    replies = ["It is the library. <quote>Tomas Reyes works at the library</quote>", "Question: Who works there?",
+               "Tomas does, trust me.", "The quote is about Tomas.\nVerdict: A 0.75"]
+    _, seen, scores = play("consultancy", {"name": "c", "questions": 1}, item, replies)
+    assert [r for r, _ in seen] == ["Consultant", "Judge", "Consultant", "Judge"]
+    assert "The judge asks: Who works there?" in seen[2][1]
+    assert scores["Judge Correct"] == 1 and scores["Player 1 Wins"] == 0 and scores["Quote Precision"] == 1.0
+
+
+@pytest.mark.parametrize("game", ["debate", "consultancy"])
+def test_experts_before_the_programmatic_judge(game):
+    """The programmatic judge rewards verified quotes that name the subject and state the answer: experts on
+    either side let it find the correct answer in every validation item; player 1 wins about half."""
+    rows = list(games.load_instances(game, "validation"))
+    masters = [games.play_episode(game, row, [games.expert_model(skill=1.0, seed=i)]) for i, row in enumerate(rows)]
+    verdicts = [(m.verdict[0], m.correct, m.player_1_side) for m in masters]
+    assert all(side == correct for side, correct, _ in verdicts)
+    assert 0.3 <= sum(side == p1 for side, _, p1 in verdicts) / len(verdicts) <= 0.7
+    quotes = [q for m in masters for s in m.speeches for q in s.quotes]
+    assert quotes and all(q["verified"] for q in quotes)
+
+
+# ---------------------------------------------------------------- playpen-tiny as debater and as judge
+
+@pytest.fixture(scope="module")
+def tiny():
+    import torch
+
+    from playpen.models.tiny import ensure_tiny_model
+    from playpen.rollout import LocalPolicy
+    from playpen.train import builders
+
+    path = str(ensure_tiny_model())
+    return LocalPolicy(builders.load_model(path, None, torch.float32, trainable=False), builders.load_tokenizer(path),
+                       name="playpen-tiny")
+
+
+def engine(policy, **kwargs):
+    from playpen.rollout import RolloutEngine
+
+    return RolloutEngine(policy, None, max_new_tokens=24, progress=False, seed=0, **kwargs)
+
+
+def test_tiny_debaters_before_the_programmatic_judge(tiny):
+    """Both debaters are playpen-tiny, the judge's seat is pinned to the programmatic judge (experiment key)."""
+    from playpen.games.instances import load_instances
+
+    pairs = [({**e, "judge": "programmatic"}, i) for e, i in load_instances("debate", "validation", limit=3)]
+    episodes = engine(tiny, temperature=1.0).play("debate", pairs)
+    for episode in episodes:
+        players = episode.interactions["players"]
+        assert [players[p]["model_name"] for p in ("Player 1", "Player 2", "Player 3")] == \
+            ["playpen-tiny", "playpen-tiny", "programmatic"]
+        assert not episode.aborted and episode.episode_scores["Judge Correct"] in (0, 1)  # tiny's speeches are text
+        assert episode.episode_scores["Quotes A"] >= 0 and len(episode.traces) == 2  # both debater seats learn
+
+
+def test_playpen_eval_plays_debate_with_tiny_in_every_seat(tmp_path, capsys):
+    """`playpen eval playpen-tiny -g debate --instances 2 -L 24`: tiny is also the judge, and has never learned
+    the verdict line, so its debates end aborted at the verdict: played, recorded and scored as such."""
+    from playpen.cli import main
+
+    assert main(["eval", "playpen-tiny", "-g", "debate", "--instances", "2", "-L", "24", "-r", str(tmp_path)]) == 0
+    val = json.loads((tmp_path / "playpen-tiny.val.json").read_text())
+    assert val["games"]["debate"]["episodes"] == 2
+    for file in tmp_path.rglob("interactions.json"):
+        interactions = json.loads(file.read_text())
+        judge = [e for t in interactions["turns"] for e in t if e["from"] == "Player 3"]
+        assert judge and interactions["players"]["Player 3"]["model_name"] == "playpen-tiny"
+        assert json.loads((file.parent / "scores.json").read_text())["episode scores"]["Aborted"] == 1
+
+
+def word_problems(n: int) -> tuple[dict, list[dict]]:
+    """Debates over arithmetic word problems whose Debater A prompt has the arithmetic game's shape: playpen-tiny
+    learned that game, so as Debater A it says numbers, sometimes the one its side argues for, and the judge
+    prefers those speeches (it rewards stating one's answer). Debater B and the judge are pinned (train split)."""
+    experiment = {"name": "word_problems", "rounds": 1, "judge": "programmatic", "opponent": "programmatic",
+                  "main_score": "player_1_preference", "max_words": 20}
+    instances = []
+    for i in range(n):
+        a, b = 2 + i % 5, 1 + i % 3
+        passage = f"Hugo has {a} marbles. A friend gives Hugo {b} more."
+        question = "How many marbles does Hugo have now?"
+        instances.append({"game_id": i, "passage": passage, "question": question, "correct": "A",
+                          "answers": {"A": str(a + b), "B": str(a + b + 2)},
+                          "debater_a_prompt": f"Solve this word problem.\n{passage} {question}\n"
+                                              f"Reply only with: ANSWER: <number>"})
+    return experiment, instances
+
+
+def test_branched_rounds_give_judge_preference_pairs(tiny):
+    from playpen.rollout import preference_pairs
+
+    experiment, instances = word_problems(8)
+    episodes = engine(tiny, temperature=1.0).branch("debate", [(experiment, i) for i in instances], branch_factor=4)
+    pairs = preference_pairs(episodes)
+    assert pairs, [e.messages[1]["content"] for e in episodes]
+    for pair in pairs:
+        assert pair["meta"]["chosen_reward"] > pair["meta"]["rejected_reward"]  # the judge preferred chosen
+        assert pair["prompt"][0]["content"].startswith("Solve this word problem")  # Debater A's own view
+        assert pair["chosen"][0]["role"] == "assistant" and pair["chosen"] != pair["rejected"]
+
+
+def test_one_iterative_dpo_round_on_judge_preferences(tmp_path, monkeypatch):
+    from playpen.storage import read_jsonl
+    from playpen.train import train
+
+    experiment, instances = word_problems(8)
+    file = tmp_path / "word_problems.json"
+    file.write_text(json.dumps({"experiments": [{**experiment, "game_instances": instances}]}))
+    monkeypatch.chdir(tmp_path)
+    run = train("dpo", str(Path(__file__).parents[1] / "configs/dpo/debate_iterative.yaml"), [
+        f"storage_root={tmp_path / 'runs'}", "cpu_threads=1", f"split={file}", "instances=8", "iterations=1",
+        "max_new_tokens=12", "trainer.max_steps=1", "trainer.per_device_train_batch_size=2"])
+    pairs = [json.loads(line) for line in (run.path / "pairs" / "iter_00.jsonl").read_text().splitlines()]
+    assert pairs and json.loads((run.checkpoints / "iter_00" / "round_done.json").read_text())["global_step"] == 1
+    assert (run.checkpoints / "iter_00" / "final" / "adapter_config.json").is_file()
+    assert list(run.records.glob("*/iter_00000/debate/word_problems/instance_*/scores.json"))
+    (played,) = [r for r in read_jsonl(run.metrics) if "pairs" in r]
+    assert played["pairs"] == len(pairs) and 0 <= played["success_rate"] <= 1  # A's win rate of the round
+
+
+# ---------------------------------------------------------------- tournaments, re-judging, SFT data
+
+def test_tournament_table_heatmap_and_rejudging(tmp_path):
+    """playpen-tiny against the expert before the programmatic judge and before playpen-tiny (clemcore's runner,
+    greedy); re-judging the records with the judge that judged them reproduces its replies and verdicts."""
+    from playpen.games.debate import rejudge, tournament
+
+    cfg = tournament.TournamentConfig(name="t", debaters=["playpen-tiny", "programmatic"],
+                                      judges=["programmatic", "playpen-tiny"], max_instances=2, max_tokens=24,
+                                      output_dir=str(tmp_path))
+    result = tournament.run(cfg, log=lambda *_: None)
+    folder = Path(result["dir"])
+    assert (folder / "heatmap.png").stat().st_size > 0 and "| playpen-tiny |" in (folder / "results.md").read_text()
+    assert len(json.loads((folder / "matches.json").read_text())) == 2 * 2 * 2  # seatings x judges x instances
+    expert, learner = result["advocates"]["programmatic"], result["advocates"]["playpen-tiny"]
+    assert expert["win_rate"] == 1.0 and learner["win_rate"] == 0.0 and expert["rating"] > learner["rating"]
+    assert result["judges"]["programmatic"]["no_verdict_pct"] == 0 and result["judges"]["playpen-tiny"]["episodes"] == 4
+    for judge in ("programmatic", "playpen-tiny"):
+        out = rejudge.rejudge(folder / "records", judge, max_tokens=24)
+        same = [r for r in out["rows"] if r["recorded_judge"] == judge]
+        assert len(same) == 4 and all(r["new_reply"] == r["recorded_reply"] and r["agree"] for r in same)
+    assert tournament.main([str(Path(__file__).parents[1] / "configs/debate/tournament_tiny.yaml"),
+                            f"output_dir={tmp_path}", "name=t", "max_instances=2", "max_tokens=24"]) == 0  # rerun
+
+
+def test_winning_transcripts_become_sft_rows(tmp_path):
+    """`playpen data RECORDS --outcome success` on the train split (player 1's win) keeps the winner's view; the
+    experts' own winning transcripts are SFT rows too."""
+    from clemcore.clemgame import (ExperimentFileSaver, GameBenchmarkCallbackList, GameInstances, InstanceFileSaver,
+                                   InteractionsFileSaver, ResultsFolder)
+    from clemcore.clemgame.runners import sequential
+
+    from playpen.data import convert
+    from playpen.eval.evaluation import score_game
+    from playpen.games.debate.transcripts import winning_transcripts
+    from playpen.games.registry import resolve_game
+    from playpen.train.builders import check_messages
+
+    rows = list(games.load_instances("debate", "train"))[:6]
+    learner = CustomResponseModel(ModelSpec(model_name="stand-in-learner"))  # plays the expert's policy
+    folder = ResultsFolder(tmp_path / "records", run_dir="stand-in-learner")
+    infos = {"player_0": "stand-in-learner"}
+    sequential.run(games.load_benchmark("debate"), GameInstances("debate", rows), [learner], callbacks=
+                   GameBenchmarkCallbackList([InstanceFileSaver(folder), ExperimentFileSaver(folder, player_model_infos=infos),
+                                              InteractionsFileSaver(folder, player_model_infos=infos)]))
+    score_game(resolve_game("debate"), tmp_path / "records" / "stand-in-learner" / "debate")
+    stats = convert(tmp_path / "records", tmp_path / "won.jsonl", game="debate", outcome="success")
+    won = [json.loads(line) for line in (tmp_path / "won.jsonl").read_text().splitlines()]
+    honest = sum(r["game_instance"]["correct"] == "A" for r in rows)  # the expert A wins exactly when right
+    assert stats.rows == len(won) == honest and {r["meta"]["game_role"] for r in won} == {"Debater A"}
+    demos = winning_transcripts("consultancy", episodes=6, seed=1)
+    assert demos and all(check_messages(r["messages"]) is None for r in demos + won)
+
+
+# ---------------------------------------------------------------- bad input: one line, exit 2
+
+def fails(capsys, main, argv) -> str:
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("playpen: error: "), err
+    return err
+
+
+@pytest.mark.parametrize("drop, message", [
+    ("passage", "has no passage: the advocates need a text to argue from and quote"),
+    ("correct", "has no correct answer: set 'correct' to \"A\" or \"B\"")])
+def test_bad_instances_fail_in_one_line(tmp_path, capsys, drop, message):
+    from playpen.cli import main
+
+    file = tmp_path / "bad.json"
+    instance = {k: v for k, v in ITEM.items() if k != drop}
+    file.write_text(json.dumps({"experiments": [{"name": "x", "game_instances": [instance]}]}))
+    err = fails(capsys, main, ["eval", "playpen-tiny", "-g", "debate", "--instance_set", str(file), "-r",
+                               str(tmp_path / "out")])
+    assert message in err
+
+
+def test_missing_judge_fails_in_one_line(tmp_path, capsys):
+    from playpen.games.debate import rejudge, tournament
+
+    config = tmp_path / "t.yaml"
+    config.write_text("name: t\ndebaters: [playpen-tiny, programmatic]\njudges: []\n")
+    assert "no judge" in fails(capsys, tournament.main, [str(config), f"output_dir={tmp_path}"])
+    (tmp_path / "records").mkdir()
+    assert "re-judging needs a judge" in fails(capsys, rejudge.main, [str(tmp_path / "records")])
+    with pytest.raises(ValueError, match="requires 3 players"):  # a debate given two models has no judge
+        games.load_benchmark("debate").create_game_master({"name": "x"}, [CustomResponseModel()] * 2)
