@@ -268,8 +268,9 @@ def test_winning_transcripts_become_sft_rows(tmp_path):
     score_game(resolve_game("debate"), tmp_path / "records" / "stand-in-learner" / "debate")
     stats = convert(tmp_path / "records", tmp_path / "won.jsonl", game="debate", outcome="success")
     won = [json.loads(line) for line in (tmp_path / "won.jsonl").read_text().splitlines()]
-    honest = sum(r["game_instance"]["correct"] == "A" for r in rows)  # the expert A wins exactly when right
-    assert stats.rows == len(won) == honest and {r["meta"]["game_role"] for r in won} == {"Debater A"}
+    wins = [json.loads(f.read_text())["episode scores"]["Player 1 Wins"] for f in tmp_path.rglob("scores.json")]
+    honest = sum(r["game_instance"]["correct"] == "A" for r in rows)  # the expert A always wins when right
+    assert stats.rows == len(won) == sum(wins) >= honest and {r["meta"]["game_role"] for r in won} == {"Debater A"}
     demos = winning_transcripts("consultancy", episodes=6, seed=1)
     assert demos and all(check_messages(r["messages"]) is None for r in demos + won)
 

@@ -40,11 +40,15 @@ def policies(run: Path, config: dict) -> list[tuple[str, str, str | None]]:
     return found
 
 
+PINNED = ("judge", "opponent", "opponent_skill", "main_score")
+
+
 def held_out_pairs(game: str, limit: int | None):
+    """Validation items under the train split's seat pins and main score (its experiments have the same names)."""
     from playpen.games.instances import load_instances
 
-    pinned = {"judge": "programmatic", "opponent": "programmatic", "main_score": "player_1_preference"}
-    return [({**e, **pinned}, i) for e, i in load_instances(game, "validation", limit=limit, seed=0)]
+    train = {e["name"]: {k: e[k] for k in PINNED if k in e} for e, _ in load_instances(game, "train")}
+    return [({**e, **train.get(e["name"], {})}, i) for e, i in load_instances(game, "validation", limit=limit, seed=0)]
 
 
 def play_policy(weights: str, adapter: str | None, tokenizer_from: str, pairs, temperature: float,

@@ -61,10 +61,13 @@ class AdvocacyGame(PlaypenGameMaster):
     def _setup_players(self, instance: dict):
         raise NotImplementedError
 
-    def seat_model(self, index: int, pinned: str | None):
+    def seat_model(self, index: int, pinned: str | None, skill: float = 1.0):
         """The model of seat `index`: the one given, or a programmatic expert when the experiment pins the seat
-        (its records then say "programmatic": a pinned seat is never a learner)."""
-        return ExpertModel(seed=int(self.instance.get("game_id") or 0)) if pinned else self.player_models[index]
+        (its records then say "programmatic": a pinned seat is never a learner). Seeded by the instance, so every
+        branch of an episode meets the same expert."""
+        if not pinned:
+            return self.player_models[index]
+        return ExpertModel(skill=skill, seed=int(self.instance.get("game_id") or 0))
 
     def _context(self, index: int) -> str:
         """What the player of schedule[index] is told at that turn."""

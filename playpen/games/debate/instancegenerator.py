@@ -26,6 +26,7 @@ MAIN_SCORE = {"validation": "judge_correct", "train": "player_1_preference"}
 VALIDATION_PER_EXPERIMENT = 10
 TRAIN_PER_EXPERIMENT = 40
 TRAIN_ID_OFFSET = 10000
+OPPONENT_SKILL = 0.5
 ITEM_KEYS = ("passage", "question", "answers", "correct", "subject", "kind")
 
 
@@ -46,6 +47,8 @@ class DebateInstanceGenerator(GameInstanceGenerator):
             experiment = self.add_experiment(name)
             experiment.update(settings, max_words=100, main_score=MAIN_SCORE[split])
             experiment.update(judge=pr.PROGRAMMATIC if pinned else None, opponent=pr.PROGRAMMATIC if pinned else None)
+            if pinned:  # an expert that slips half the time: a learner can win some debates from the start
+                experiment["opponent_skill"] = OPPONENT_SKILL
             protocol = pr.Protocol.from_experiment(experiment)
             for item in items:
                 instance = self.add_game_instance(experiment, game_id)

@@ -40,7 +40,8 @@ class Debate(AdvocacyGame):
         self.player_1_side = "A"
         self.players_by_side = {
             "A": Advocate(self.player_models[0], game_role="Debater A"),
-            "B": Advocate(self.seat_model(1, self.protocol.opponent), game_role="Debater B"),
+            "B": Advocate(self.seat_model(1, self.protocol.opponent, self.protocol.opponent_skill),
+                          game_role="Debater B"),
             "J": Judge(self.seat_model(2, self.protocol.judge), game_role="Judge")}
         for who, key in (("A", "debater_a_prompt"), ("B", "debater_b_prompt"), ("J", "judge_prompt")):
             self.add_player(self.players_by_side[who], initial_prompt=prompts[key])

@@ -45,6 +45,7 @@ class Protocol:
     judge: str | None = None             # "programmatic": the programmatic judge takes the judge's seat, whatever
                                          # model was given for it (the train split's); None: the given model
     opponent: str | None = None          # debate, "programmatic": the expert debater takes Debater B's seat
+    opponent_skill: float = 1.0          # how often that expert plays its best move (else a weaker one)
 
     @classmethod
     def from_experiment(cls, experiment: dict) -> "Protocol":
@@ -64,6 +65,8 @@ class Protocol:
             if getattr(protocol, key) not in (None, PROGRAMMATIC):
                 problems.append(f"{key} must be null (the seat's own model) or {PROGRAMMATIC!r}, "
                                 f"got {getattr(protocol, key)!r}")
+        if not isinstance(protocol.opponent_skill, (int, float)) or not 0 <= protocol.opponent_skill <= 1:
+            problems.append(f"opponent_skill must be a number from 0 to 1, got {protocol.opponent_skill!r}")
         if protocol.main_score not in MAIN_SCORES:
             problems.append(f"main_score must be one of {', '.join(MAIN_SCORES)}, got {protocol.main_score!r}")
         if problems:
