@@ -262,9 +262,10 @@ def test_winning_transcripts_become_sft_rows(tmp_path):
     learner = CustomResponseModel(ModelSpec(model_name="stand-in-learner"))  # plays the expert's policy
     folder = ResultsFolder(tmp_path / "records", run_dir="stand-in-learner")
     infos = {"player_0": "stand-in-learner"}
-    sequential.run(games.load_benchmark("debate"), GameInstances("debate", rows), [learner], callbacks=
-                   GameBenchmarkCallbackList([InstanceFileSaver(folder), ExperimentFileSaver(folder, player_model_infos=infos),
-                                              InteractionsFileSaver(folder, player_model_infos=infos)]))
+    savers = [InstanceFileSaver(folder), ExperimentFileSaver(folder, player_model_infos=infos),
+              InteractionsFileSaver(folder, player_model_infos=infos)]
+    sequential.run(games.load_benchmark("debate"), GameInstances("debate", rows), [learner],
+                   callbacks=GameBenchmarkCallbackList(savers))
     score_game(resolve_game("debate"), tmp_path / "records" / "stand-in-learner" / "debate")
     stats = convert(tmp_path / "records", tmp_path / "won.jsonl", game="debate", outcome="success")
     won = [json.loads(line) for line in (tmp_path / "won.jsonl").read_text().splitlines()]

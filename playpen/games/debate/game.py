@@ -8,7 +8,6 @@ player_1_side}.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from clemcore.clemgame import ParseError
@@ -186,7 +185,3 @@ class AdvocacyScorer(PlaypenGameScorer):
             self.log_episode_score(f"Quotes{suffix}", len(quotes))
             self.log_episode_score(f"Verified Quotes{suffix}", verified)
             self.log_episode_score(f"Quote Precision{suffix}", verified / len(quotes) if quotes else nan)
-
-
-def is_nan(value) -> bool:
-    return isinstance(value, float) and math.isnan(value)

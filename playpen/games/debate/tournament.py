@@ -144,15 +144,20 @@ def summarize(rows: list[dict], game: str) -> dict:
     """Per advocate: episodes, win rate (overall, as correct / incorrect side, as A / B), quote precision; per
     judge: accuracy and % without verdict; debate: ratings and the head-to-head matrix."""
     advocates = sorted({n for r in rows for n in r["advocates"]})
+    positions = "AB" if game == "debate" else [None]
+
+    def side(row: dict, seat: str | None) -> str:  # the answer an advocate argued (consultant: its side)
+        return seat or row["player_1_side"]
+
+    def won(row: dict, seat: str | None) -> float:
+        return float(row["verdict"] == side(row, seat))
+
     per = {}
     for name in advocates:
-        seats = [(r, side) for r in rows for side, n in zip("AB" if game == "debate" else [None], r["advocates"])
-                 if n == name and not r["aborted"]]
-        side_of = lambda r, s: s or r["player_1_side"]  # noqa: E731  (consultancy: the consultant's side)
-        won = lambda r, s: float(r["verdict"] == side_of(r, s))  # noqa: E731
+        seats = [(r, seat) for r in rows if not r["aborted"] for seat, n in zip(positions, r["advocates"]) if n == name]
         per[name] = {"episodes": len(seats), "win_rate": mean(won(r, s) for r, s in seats),
-                     "win_rate_correct_side": mean(won(r, s) for r, s in seats if side_of(r, s) == r["correct"]),
-                     "win_rate_incorrect_side": mean(won(r, s) for r, s in seats if side_of(r, s) != r["correct"])}
+                     "win_rate_correct_side": mean(won(r, s) for r, s in seats if side(r, s) == r["correct"]),
+                     "win_rate_incorrect_side": mean(won(r, s) for r, s in seats if side(r, s) != r["correct"])}
         if game == "debate":
             per[name]["win_rate_as_A"] = mean(won(r, s) for r, s in seats if s == "A")
             per[name]["win_rate_as_B"] = mean(won(r, s) for r, s in seats if s == "B")

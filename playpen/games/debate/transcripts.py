@@ -38,14 +38,18 @@ def winning_transcripts(game: str = "debate", episodes: int = 400, seed: int = 0
         if master.verdict is None:
             continue
         side = master.verdict[0]
-        role = ADVOCATE_ROLES[side] if game == "debate" else "Consultant" if side == master.player_1_side else None
+        if game == "debate":
+            role = ADVOCATE_ROLES[side]
+        else:
+            role = "Consultant" if side == master.player_1_side else None
         winner = next((p for p in master.get_players() if p.game_role == role), None)
         if winner is None:
             continue
         messages = [{"role": m["role"], "content": m["content"]} for m in winner.get_perspective()]
         rows.append({"messages": messages, "meta": {
             "game": game, "experiment": row["experiment"]["name"], "task_id": row["game_instance"]["game_id"],
-            "game_role": role, "model": "expert", "outcome": "success", "source": f"{game} experts, episode {episode}"}})
+            "game_role": role, "model": "expert", "outcome": "success",
+            "source": f"{game} experts, episode {episode}"}})
     return rows
 
 
