@@ -1,16 +1,22 @@
 """Typed experiment configs: YAML files + `key=value` overrides → frozen dataclasses.
 
 Every config error is one line naming the file, the key and what is allowed, raised before anything runs.
-Sections that are handed to a library (TRL's `trainer:` arguments, PEFT's `lora:`) are checked against that
-library's own dataclass fields by `check_keys`, so a typo never reaches the library silently.
+`build` is the one validation layer of every schema (train configs, job specs, sweep files, cluster profiles):
+types from the annotations, finiteness of every float (no inf/nan), and the ranges declared next to the fields
+with `bounded(default, ge=..)` (or a `bounds=` dict for schemas derived from a function's signature). CLI flags
+that mean the same thing are checked with the same `Bounds`. Sections that are handed to a library (TRL's
+`trainer:` arguments, PEFT's `lora:`) are checked against that library's own dataclass fields by `check_keys`,
+so a typo never reaches the library silently.
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
 import inspect
+import math
 import types
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,18 +25,76 @@ import yaml
 from playpen.errors import PlaypenError
 
 T = TypeVar("T")
+BOUNDS = "playpen.bounds"  # dataclass field metadata key of a field's Bounds
 
 
-def load_yaml(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise PlaypenError(f"config file {path} not found")
+@dataclass(frozen=True)
+class Bounds:
+    """The range a numeric value must lie in; `hint` says why, or what to do instead."""
+
+    ge: float | None = None  # value >= ge
+    gt: float | None = None  # value > gt
+    le: float | None = None  # value <= le
+    hint: str = ""
+
+    def check(self, value: Any, where: str) -> None:
+        """One line naming `where` when `value` is out of range or not a finite number (None passes: unset)."""
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise PlaypenError(f"{where}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise PlaypenError(f"{where}: must be a finite number, got {value}")
+        if ((self.ge is not None and value < self.ge) or (self.gt is not None and value <= self.gt)
+                or (self.le is not None and value > self.le)):
+            hint = f" ({self.hint})" if self.hint else ""
+            raise PlaypenError(f"{where}: must be {self.allowed()}, got {value}{hint}")
+
+    def allowed(self) -> str:
+        low = f"at least {self.ge:g}" if self.ge is not None else f"greater than {self.gt:g}" \
+            if self.gt is not None else None
+        if low and self.le is not None:
+            return f"{low} and at most {self.le:g}"
+        return low or f"at most {self.le:g}"
+
+    def field(self, default: Any = dataclasses.MISSING) -> Any:
+        """A dataclass field with these bounds, enforced by `build`."""
+        return dataclasses.field(default=default, metadata={BOUNDS: self})
+
+
+def bounded(default: Any = dataclasses.MISSING, *, ge: float | None = None, gt: float | None = None,
+            le: float | None = None, hint: str = "") -> Any:
+    """`max_new_tokens: int = bounded(64, ge=1)`: a config field whose range `build` checks."""
+    return Bounds(ge, gt, le, hint).field(default)
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """The text of a file the user named, or one line saying what the path is instead: missing, a folder, not
+    readable, or not text (a binary file)."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise PlaypenError(f"{what} {path} is a folder, not a file")
+    if not path.exists():
+        raise PlaypenError(f"{what} {path} not found")
     try:
-        data = yaml.safe_load(path.read_text())
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise PlaypenError(f"{what} {path} is not a text file (binary?)") from None
+    except OSError as e:
+        raise PlaypenError(f"{what} {path} cannot be read ({e.strerror})") from None
+
+
+def load_yaml(path: str | Path, what: str = "config file") -> dict:
+    path = Path(path)
+    text = read_text(path, what)
+    try:
+        data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         raise PlaypenError(f"{where}: YAML syntax error: {e.problem}") from None
+    except yaml.YAMLError as e:  # e.g. control characters: a file that is not YAML at all
+        raise PlaypenError(f"{path}: not a YAML file ({' '.join(str(e).split())[:120]})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -78,7 +142,7 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
+def coerce(value: Any, tp: Any, where: str) -> Any:
     """Check `value` against annotation `tp`; build nested dataclasses. Ints are accepted for floats."""
     origin = typing.get_origin(tp)
     if tp is Any:
@@ -89,14 +153,13 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return None
         real = [o for o in options if o is not type(None)]
         if len(real) == 1:  # Optional[X]: X's own error is the useful one
-            return _coerce(value, real[0], where)
-        for option in options:
-            if option is type(None):
-                continue
+            return coerce(value, real[0], where)
+        for option in real:
             try:
-                return _coerce(value, option, where)
+                return coerce(value, option, where)
             except PlaypenError:
-                continue
+                if isinstance(value, dict) and dataclasses.is_dataclass(option):
+                    raise  # a mapping meant for that section: its own error names the key that is wrong
         raise PlaypenError(f"{where}: expected {' or '.join(_type_name(o) for o in options)}, got {value!r}")
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
@@ -106,35 +169,40 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise PlaypenError(f"{where}: expected a list, got {value!r}")
         (item_type, *_) = typing.get_args(tp) or (Any,)
-        return [_coerce(v, item_type, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [coerce(v, item_type, f"{where}[{i}]") for i, v in enumerate(value)]
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
             raise PlaypenError(f"{where}: expected a mapping, got {value!r}")
         return dict(value)
     if tp is Path and isinstance(value, str):
         return Path(value)
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if tp is float and isinstance(value, str):
-        try:  # YAML 1.1 reads "1e-4" as a string
-            return float(value)
+    if tp is float and isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        try:  # ints are floats too; YAML 1.1 reads "1e-4" as a string
+            number = float(value)
         except ValueError:
-            pass
+            raise PlaypenError(f"{where}: expected float, got {value!r}") from None
+        if not math.isfinite(number):  # inf/nan are never a setting: they only reach the math as garbage
+            raise PlaypenError(f"{where}: must be a finite number, got {value!r}")
+        return number
     if isinstance(tp, type) and not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
         raise PlaypenError(f"{where}: expected {_type_name(tp)}, got {value!r}")
     return value
 
 
-def signature_dataclass(func, name: str, skip: tuple[str, ...] = (), extra: tuple = ()) -> type:
+def signature_dataclass(func, name: str, skip: tuple[str, ...] = (), extra: tuple = (),
+                        bounds: dict[str, Bounds] | None = None) -> type:
     """A config dataclass whose keys are `func`'s own keyword arguments (types and defaults included), plus
-    `extra` (name, type, default) fields: a job's YAML keys cannot drift from the function the job calls."""
+    `extra` (name, type, default) fields: a job's YAML keys cannot drift from the function the job calls.
+    `bounds` gives arguments their ranges, checked by `build` as any other field's."""
     hints = typing.get_type_hints(func)
+    bounds = bounds or {}
     fields = []
     for param in inspect.signature(func).parameters.values():
         if param.name in skip or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         default = dataclasses.MISSING if param.default is param.empty else param.default
-        fields.append((param.name, hints.get(param.name, Any), dataclasses.field(default=default)))
+        field = bounds[param.name].field(default) if param.name in bounds else dataclasses.field(default=default)
+        fields.append((param.name, hints.get(param.name, Any), field))
     fields += [(n, tp, dataclasses.field(default=d)) for n, tp, d in extra]
     return dataclasses.make_dataclass(name, fields, frozen=True)
 
@@ -144,7 +212,10 @@ def build(cls: type[T], data: dict, where: str) -> T:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     check_keys(data, fields, where)
     hints = typing.get_type_hints(cls)
-    kwargs = {name: _coerce(value, hints[name], f"{where}: {name}") for name, value in data.items()}
+    kwargs = {name: coerce(value, hints[name], f"{where}: {name}") for name, value in data.items()}
+    for name, value in kwargs.items():
+        if BOUNDS in fields[name].metadata:
+            fields[name].metadata[BOUNDS].check(value, f"{where}: {name}")
     missing = [n for n, f in fields.items() if n not in kwargs
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.games.scores import main_score
-from playpen.storage import atomic_write_text
+from playpen.storage import atomic_write_text, unwritable
 
 OUTCOMES = ("success", "lose", "aborted", "unknown")
 OUTCOME_ALIASES = {"failure": "lose", "loss": "lose", "lost": "lose", "abort": "aborted", "won": "success"}
@@ -249,6 +249,8 @@ def convert(results_or_records_dir: str | Path, out_jsonl: str | Path, game: str
         raise PlaypenError(f"{root} is not a folder; point `playpen data` at a results or playpen-records folder")
     if out.is_dir():
         raise PlaypenError(f"output {out} is a folder; give a file, e.g. -o {out / 'dataset.jsonl'}")
+    if why := unwritable(out.parent):
+        raise PlaypenError(f"output {out} cannot be written ({why}); give -o a file in a writable folder")
     outcome = normalize_outcome(outcome)
     files = sorted(root.rglob("interactions.json"))
     if not files:

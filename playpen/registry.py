@@ -18,7 +18,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from playpen.config import read_text
 from playpen.errors import PlaypenError
+from playpen.storage import is_run_dir
 
 PACKAGED_MODELS = Path(__file__).parent / "models" / "model_registry.json"
 MODEL_REGISTRY_FILE = "model_registry.json"
@@ -33,7 +35,7 @@ def playpen_home() -> Path:
 
 def _read_json(path: Path) -> object:
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_text(path, "model registry"))
     except json.JSONDecodeError as e:
         raise PlaypenError(f"{path}:{e.lineno}:{e.colno}: malformed JSON: {e.msg}") from None
 
@@ -55,8 +57,25 @@ def _entries_from(path: Path, source: str) -> list[ModelEntry]:
     for i, spec in enumerate(data):
         if not isinstance(spec, dict) or not isinstance(spec.get("model_name"), str):
             raise PlaypenError(f"{path}: entry {i} needs a string 'model_name' (clemcore ModelSpec format)")
+        if problem := _entry_problem(spec):
+            raise PlaypenError(f"{path}: entry {i} ('{spec['model_name']}') {problem} (clemcore ModelSpec format)")
         entries.append(ModelEntry(spec["model_name"], spec, source))
     return entries
+
+
+def _entry_problem(spec: dict) -> str | None:
+    """What makes a registry entry unusable, checked when the registry is read: every later reader (`playpen list
+    models`, eval, training) may then take these keys as they are."""
+    if not isinstance(spec.get("backend"), str) or not spec["backend"]:
+        return f"needs a string 'backend' (e.g. huggingface_local, openai), got {spec.get('backend')!r}"
+    if not isinstance(spec.get("model_config", {}), dict):
+        return f"'model_config' must be a mapping, got {spec['model_config']!r}"
+    for key in ("huggingface_id", "model_id", "offline_fallback", "packaged_weights"):
+        if key in spec and not isinstance(spec[key], str):
+            return f"'{key}' must be a string, got {spec[key]!r}"
+    if spec["backend"] == "huggingface_local" and not spec.get("huggingface_id"):
+        return "uses backend huggingface_local and needs 'huggingface_id' (a hub id or a model folder)"
+    return None
 
 
 def custom_model_registry(cwd: Path | None = None) -> Path:
@@ -135,10 +154,17 @@ def resolve_model(name: str, cwd: Path | None = None, storage_root: Path | None 
     """The full clemcore ModelSpec dict for a registered name (or a run directory that registered a model);
     unknown names get the closest suggestions. An entry with an offline_fallback whose hub model is not in the
     local cache resolves to the fallback's spec (its own model_name, `resolved_from` naming the asked one)."""
-    run_registry = Path(name).expanduser() / MODEL_REGISTRY_FILE
-    if run_registry.is_file():
-        return _expand(_entries_from(run_registry, str(run_registry))[-1].spec)
+    folder = Path(name).expanduser()
+    registry = folder / MODEL_REGISTRY_FILE
     entries = model_entries(cwd, storage_root)
+    if registry.is_file() and name not in {e.name for e in entries}:
+        names = [e.name for e in _entries_from(registry, str(registry))]
+        if is_run_dir(folder) and names:  # a training run's folder: the model it registered
+            return _expand(_entries_from(registry, str(registry))[-1].spec)
+        # any other folder's registry lists models to choose from (`model=.` in a project folder)
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        raise PlaypenError(f"{folder.absolute()} is a folder with a model registry ({shown or 'empty'}), not a "
+                           f"model; name the model, e.g. {names[-1] if names else '<model>'}")
     for entry in entries:
         if entry.name == name:
             target = _fallback_for(entry, entries)

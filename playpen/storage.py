@@ -105,10 +105,27 @@ def resolve_storage_root(configured: str | Path | None = None) -> Path:
     except OSError as e:
         raise PlaypenError(f"storage root {root} cannot be created ({e.strerror}); "
                            f"set storage_root=<dir> or ${STORAGE_ENV} to a writable folder") from None
-    if not os.access(root, os.W_OK | os.X_OK):
-        raise PlaypenError(f"storage root {root} is not writable; "
+    if why := unwritable(root):
+        raise PlaypenError(f"storage root {root} is not writable ({why}); "
                            f"set storage_root=<dir> or ${STORAGE_ENV} to a writable folder")
     return root
+
+
+def unwritable(folder: str | Path) -> str | None:
+    """Why no file can be created in `folder` (while it does not exist: in the nearest folder above it that does),
+    else None. Found by writing an unnamed temporary file, which leaves no trace: permission bits say nothing for
+    root, nor on read-only mounts."""
+    existing = Path(folder).expanduser().absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file"
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        return e.strerror
+    return None
 
 
 def checkpoint_step(path: str | Path) -> int | None:
@@ -123,6 +140,13 @@ def checkpoints_in(folder: str | Path) -> list[tuple[int, Path]]:
     if not folder.is_dir():
         return []
     return sorted((step, p) for p in folder.iterdir() if p.is_dir() and (step := checkpoint_step(p)) is not None)
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """A training run folder (RunDir's layout): config.yaml or checkpoints/. Only such a folder's
+    model_registry.json names the model the folder stands for."""
+    path = Path(path)
+    return (path / "config.yaml").is_file() or (path / "checkpoints").is_dir()
 
 
 def new_run_id() -> str:

@@ -103,7 +103,9 @@ def test_register_model_keeps_other_entries(tmp_path):
 def test_run_registry_found_by_name_and_by_path(tmp_path):
     run = tmp_path / "runs" / "exp" / "r1"
     run.mkdir(parents=True)
-    write(run / "model_registry.json", json.dumps([{"model_name": "exp-r1", "backend": "huggingface_local"}]))
+    write(run / "config.yaml", "experiment: exp\n")  # a training run's folder: only its registry names its model
+    write(run / "model_registry.json", json.dumps([{"model_name": "exp-r1", "backend": "huggingface_local",
+                                                    "huggingface_id": "x/y"}]))
     assert resolve_model("exp-r1", cwd=tmp_path, storage_root=tmp_path / "runs")["model_name"] == "exp-r1"
     assert resolve_model(str(run))["model_name"] == "exp-r1"
 

@@ -9,7 +9,24 @@ from __future__ import annotations
 
 import argparse
 
+from playpen.config import Bounds
 from playpen.eval.evaluation import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS, PLAYERS, SUITES  # light: no torch
+
+# The ranges of evaluate()'s numeric arguments, wherever they come from: these flags, `submit eval` specs
+# (playpen.submit.jobs.EvalSpec), sweep files (playpen.eval.sweep) and `playpen run`'s -L/-T.
+EVAL_BOUNDS = {
+    "max_tokens": Bounds(ge=1), "temperature": Bounds(ge=0, hint="0 is greedy"), "instances": Bounds(ge=1),
+    "batch_size": Bounds(ge=1), "seed": Bounds(ge=0),
+}
+FLAGS = {"max_tokens": "-L/--max_tokens", "temperature": "-T/--temperature", "instances": "--instances",
+         "batch_size": "-b/--batch_size", "seed": "--seed"}
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Each numeric flag in its range, before anything is resolved, loaded or written."""
+    for name, flag in FLAGS.items():
+        if hasattr(args, name):
+            EVAL_BOUNDS[name].check(getattr(args, name), flag)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from playpen.eval.evaluation import evaluate, format_val
 
+    check_flags(args)
     val = evaluate(args.model, games=args.games, results_dir=args.results_dir, skip_gameplay=args.skip_gameplay,
                    suite=args.suite, max_tokens=args.max_tokens, temperature=args.temperature,
                    instances=args.instances, batch_size=args.batch_size, instance_set=args.instance_set,

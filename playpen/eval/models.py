@@ -12,7 +12,7 @@ from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.registry import MODEL_REGISTRY_FILE, model_entries, resolve_model
-from playpen.storage import checkpoint_step, checkpoints_in
+from playpen.storage import checkpoint_step, checkpoints_in, is_run_dir
 
 def is_checkpoint(path: Path) -> bool:
     return (path / "adapter_config.json").is_file() or (path / "config.json").is_file()
@@ -54,11 +54,6 @@ def checkpoint_spec(ckpt: str | Path, base_spec: dict | None = None, name: str |
     step = checkpoint_step(ckpt)
     spec["model_name"] = name or f"{spec['model_name']}-{f'step{step}' if step is not None else ckpt.name}"
     return spec
-
-
-def is_run_dir(path: Path) -> bool:
-    """A training run folder (playpen.storage.RunDir): config.yaml or checkpoints/ beside its model_registry.json."""
-    return (path / "config.yaml").is_file() or (path / "checkpoints").is_dir()
 
 
 def resolve_eval_model(model: str | dict) -> dict:

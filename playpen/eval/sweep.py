@@ -26,9 +26,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.eval.cells import (CELLS_DIR, RESULT_FILE, STATE_FILE, STATES, SWEEP_FILE, Cell,  # noqa: F401
                                 _read, cell_state, run_cell)
+from playpen.eval.cli import EVAL_BOUNDS
 from playpen.storage import DEFAULT_STORAGE, STORAGE_ENV, atomic_write_json, checkpoint_step, checkpoints_in
 
 
@@ -37,7 +39,7 @@ from playpen.storage import DEFAULT_STORAGE, STORAGE_ENV, atomic_write_json, che
 @dataclass
 class RunSelector:
     path: str  # a training run directory (<run>/checkpoints/checkpoint-<step>/)
-    every: int = 1  # every k-th checkpoint, counted back from the last (the last is always included)
+    every: int = bounded(1, ge=1)  # every k-th checkpoint, counted back from the last (the last is always included)
     base: bool = False  # also evaluate the untrained base model, as step 0
     final: bool = False  # also evaluate the run's registered final model (needs <run>/model_registry.json)
     label: str | None = None  # row name in the tables (default <experiment>/<run_id>)
@@ -47,7 +49,7 @@ class RunSelector:
 class GameSelector:
     name: str
     instances: str | None = None  # validation / train / a file of the game's in/ (default: the sweep's)
-    max_instances: int | None = None  # default: the sweep's
+    max_instances: int | None = EVAL_BOUNDS["instances"].field(None)  # default: the sweep's
 
 
 @dataclass
@@ -57,10 +59,11 @@ class SweepConfig:
     runs: list[str | RunSelector] = field(default_factory=list)
     games: list[str | GameSelector] = field(default_factory=lambda: ["all"])
     instances: str = "validation"
-    max_instances: int | None = None  # per game, spread over experiments (None: all)
-    max_tokens: int = 300
-    temperature: float = 0.0
-    batch_size: int = 8
+    # generation settings of every cell: evaluate()'s arguments, in the same ranges
+    max_instances: int | None = EVAL_BOUNDS["instances"].field(None)  # per game, spread over experiments (None: all)
+    max_tokens: int = EVAL_BOUNDS["max_tokens"].field(300)
+    temperature: float = EVAL_BOUNDS["temperature"].field(0.0)
+    batch_size: int = EVAL_BOUNDS["batch_size"].field(8)
     player: str = "auto"  # auto (rollout engine for local HF models, else clemcore's runner) | engine | clemcore
     output_dir: str | None = None  # default <storage_root>/sweeps/<name>
     storage_root: str | None = None
@@ -84,8 +87,6 @@ def _run_models(sel: RunSelector, where: str) -> list[dict]:
     run_dir = Path(sel.path).expanduser().absolute()
     if not run_dir.is_dir():
         raise PlaypenError(f"{where}: run directory {run_dir} does not exist")
-    if sel.every < 1:
-        raise PlaypenError(f"{where}: every must be at least 1, got {sel.every}")
     ckpts = _checkpoints(run_dir)
     if not ckpts:
         raise PlaypenError(f"{where}: run {run_dir} has no checkpoints (expected {run_dir}/checkpoints/"

@@ -127,7 +127,7 @@ def submit(args: argparse.Namespace) -> int:
     kind = (args.executor or "slurm") if args.dry_run else exe.resolve_executor(args.executor)
     gpus = profile.gpus_per_node if args.gpus_per_node is None else args.gpus_per_node
     res = exe.Resources(nodes=args.nodes, gpus_per_node=gpus, one_task=args.command not in TRAIN_METHODS)
-    exe.check_resources("dry-run" if args.dry_run else kind, profile, res)
+    exe.check_resources(kind, profile, res, ask_slurm=not args.dry_run)
     if not args.dry_run:
         profile = exe.check_container(profile)
     config = str(Path(args.config).expanduser().absolute()) if args.config else default_config(args.command)
@@ -142,6 +142,10 @@ def submit(args: argparse.Namespace) -> int:
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     folder = status.log_dir(plan.directory) / "submitit" / stamp  # fresh per submission: job ids (local: pids) recur
     if args.dry_run:
+        if profile.container.image and not Path(profile.container.image).expanduser().is_file():
+            # the script may be meant for another machine, where the image is: print it, but say so
+            print(f"playpen: warning: container image {profile.container.image} not found here; the script "
+                  f"names it (build it with `make image`, or pass --container none)", file=sys.stderr, flush=True)
         return print_dry_run(kind, folder, profile, res, plan, f"playpen-{args.command}")
     ex = exe.make_executor(kind, folder, profile, res, f"playpen-{args.command}", plan.storage_root)
     if plan.kind == "train":
@@ -189,10 +193,11 @@ def send(args: argparse.Namespace, kind: str, profile: ClusterProfile, res: exe.
 def plan_train(args: argparse.Namespace, profile: ClusterProfile, config: str, res: exe.Resources) -> Plan:
     """The trainer's own config class checks keys and types now; the run id is pinned so the job, its
     requeues and a resubmission of the same command all use one run dir (the trainer's default id)."""
-    from playpen.train.runner import default_run_id, load_recipe
+    from playpen.train.runner import check_config, default_run_id, load_recipe
 
     recipe = load_recipe(args.command)
     cfg = load_config(recipe.Config, config, list(args.overrides))
+    check_config(recipe, cfg, config)  # trainer values, key.json: refused now, not after the job started
     run_id = cfg.run_id or default_run_id(args.command, cfg)
     root = storage_root_for(profile, cfg.storage_root, check=not args.dry_run)
     run_dir = RunDir.for_experiment(root, cfg.experiment, run_id).path if not args.dry_run else \

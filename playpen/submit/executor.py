@@ -105,7 +105,9 @@ def partition_limits(partition: str | None) -> PartitionLimits | None:
     return PartitionLimits(name, min(nodes) if nodes else None, time_min)
 
 
-def check_resources(kind: str, profile: ClusterProfile, res: Resources) -> None:
+def check_resources(kind: str, profile: ClusterProfile, res: Resources, ask_slurm: bool = True) -> None:
+    """The resources asked for against the profile and the executor; `ask_slurm`: against the partition's limits
+    too (scontrol; a dry run may be rendered where no SLURM answers)."""
     if res.nodes < 1 or res.gpus_per_node < 0:
         raise PlaypenError(f"--nodes must be ≥ 1 and --gpus-per-node ≥ 0 (got {res.nodes}, {res.gpus_per_node})")
     if profile.max_nodes is not None and res.nodes > profile.max_nodes:
@@ -114,7 +116,7 @@ def check_resources(kind: str, profile: ClusterProfile, res: Resources) -> None:
     if kind == "local" and res.nodes > 1:
         raise PlaypenError(f"--nodes {res.nodes} needs SLURM: the local executor runs on this machine only "
                            f"(use --executor slurm, or --gpus-per-node for several processes)")
-    if kind == "slurm":
+    if kind == "slurm" and ask_slurm:
         limits = partition_limits(profile.partition)
         if limits is None:
             return

@@ -16,6 +16,7 @@ from typing import Any, Optional
 import submitit
 
 from playpen.config import signature_dataclass
+from playpen.eval.cli import EVAL_BOUNDS
 from playpen.eval.evaluation import evaluate
 from playpen.storage import append_jsonl, read_jsonl
 from playpen.submit.launch import TaskInfo, setup_distributed
@@ -95,7 +96,7 @@ class TrainJob(PlaypenJob):
 # `submit eval --config FILE`: the arguments of `playpen eval` (playpen.eval.evaluate) as YAML keys, taken from
 # its signature; results_dir defaults to <storage_root>/eval/<model>-<time>
 EvalSpec = signature_dataclass(evaluate, "EvalSpec", skip=("log",),
-                               extra=(("storage_root", Optional[str], None),))
+                               extra=(("storage_root", Optional[str], None),), bounds=EVAL_BOUNDS)
 
 
 class EvalJob(PlaypenJob):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from playpen.config import build, load_yaml
+from playpen.config import bounded, build, load_yaml
 from playpen.errors import PlaypenError
 
 PROFILE_ENV = "PLAYPEN_CLUSTER"
@@ -48,14 +48,14 @@ class ClusterProfile:
     qos: str | None = None
     time: int | str = 60  # minutes, or SLURM's "[D-]HH:MM:SS"
     mem: str | None = None  # per node, e.g. "64G"
-    cpus_per_task: int | None = None
-    gpus_per_node: int = 0  # default for --gpus-per-node
+    cpus_per_task: int | None = bounded(None, ge=1)
+    gpus_per_node: int = bounded(0, ge=0)  # default for --gpus-per-node
     gres: str | None = None  # e.g. "gpu:a100:4": replaces --gpus-per-node in jobs that request GPUs
     constraint: str | None = None
     exclude: str | None = None
     sbatch: dict[str, Any] = field(default_factory=dict)  # any other #SBATCH --key=value
     srun_args: list[str] = field(default_factory=list)
-    signal_delay_s: int = 120  # USR2 this long before the time limit: time to reach a checkpoint
+    signal_delay_s: int = bounded(120, ge=0)  # USR2 this long before the time limit: time to reach a checkpoint
     # job environment
     setup: list[str] = field(default_factory=list)  # shell lines before the job starts (module load ...)
     storage_root: str | None = None  # shared storage for run dirs; None: $PLAYPEN_STORAGE or ./runs
@@ -65,9 +65,10 @@ class ClusterProfile:
     env_keep: list[str] = field(default_factory=list)  # secret-looking variables that may reach the job
     container: ContainerSettings = field(default_factory=ContainerSettings)
     # limits
-    max_nodes: int | None = None  # refuse --nodes above this (sinfo is asked too when SLURM is present)
-    array_parallelism: int = 16  # sweep cells running at once (local executor: parallel worker jobs)
-    max_requeues: int = 3  # preemptions/timeouts a job may survive before it fails
+    max_nodes: int | None = bounded(None, ge=1)  # refuse --nodes above this (sinfo is asked too when SLURM is
+                                                 # present); null: no limit of the profile's own
+    array_parallelism: int = bounded(16, ge=1)  # sweep cells running at once (local executor: parallel workers)
+    max_requeues: int = bounded(3, ge=0)  # preemptions/timeouts a job may survive before it fails
 
     @property
     def time_min(self) -> int:
@@ -110,9 +111,9 @@ def available() -> list[str]:
 def profile_path(name: str) -> Path:
     if name.endswith((".yaml", ".yml")) or "/" in name:
         path = Path(name).expanduser()
-        if not path.is_file():
+        if not path.exists():
             raise PlaypenError(f"cluster profile file {name} not found")
-        return path
+        return path  # (load_profile says when it is a folder, binary or unreadable)
     for d in search_dirs():
         if (d / f"{name}.yaml").is_file():
             return d / f"{name}.yaml"
@@ -123,7 +124,7 @@ def profile_path(name: str) -> Path:
 def load_profile(name: str | None = None) -> ClusterProfile:
     name = name or os.environ.get(PROFILE_ENV) or DEFAULT_PROFILE
     path = profile_path(name)
-    profile = build(ClusterProfile, {"name": path.stem, **load_yaml(path)}, str(path))
+    profile = build(ClusterProfile, {"name": path.stem, **load_yaml(path, "cluster profile")}, str(path))
     profile.time_min  # noqa: B018  (checks the time format now)
     if profile.container.runtime not in ("apptainer", "singularity"):
         raise PlaypenError(f"{path}: container.runtime must be apptainer or singularity, "

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from playpen.config import read_text
 from playpen.errors import PlaypenError
 
 
@@ -48,8 +49,7 @@ BasePlayPen = BasePlaypenTrainer  # upstream's older name
 def find_trainer_class(file: str | Path) -> type[BasePlaypenTrainer]:
     """The first BasePlaypenTrainer subclass defined in `file` (in the order the file defines them)."""
     path = Path(file)
-    if not path.is_file():
-        raise PlaypenError(f"trainer file {file} not found")
+    read_text(path, "trainer file")  # there, a file, readable text: else one line, before anything runs
     name = f"playpen_user_trainer_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

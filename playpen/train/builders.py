@@ -7,14 +7,15 @@ is written. Heavy libraries are imported inside the functions.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 from typing import Any
 
-from playpen.config import check_keys
+from playpen.config import Bounds, check_keys, coerce, read_text
 from playpen.errors import PlaypenError
 from playpen.models import ensure_packaged_weights
-from playpen.registry import resolve_model
+from playpen.registry import MODEL_REGISTRY_FILE, model_entries, resolve_model
 from playpen.train.distributed import dist_info, has_cuda
 
 # The seed's LoRA: `lora: {}` in a config means exactly this; keys given there override single fields.
@@ -32,6 +33,9 @@ def resolve_model_spec(name: str) -> dict:
     if "/" in name and path.is_dir() and (path / "config.json").is_file():
         return {"model_name": path.name, "backend": "huggingface_local", "huggingface_id": str(path.absolute()),
                 "model_config": {}}
+    if path.is_dir() and not (path / MODEL_REGISTRY_FILE).is_file() and name not in {e.name for e in model_entries()}:
+        raise PlaypenError(f"no config.json in {path.absolute()}: the folder holds no model; name a registered model "
+                           f"(`playpen list models`), a Hugging Face model folder or a training run folder")
     spec = ensure_packaged_weights(resolve_model(name))  # playpen-tiny, smollm2-135m-instruct-q4: made on first use
     if spec.get("backend") != "huggingface_local" or not spec.get("huggingface_id"):
         raise PlaypenError(f"model '{name}' uses backend '{spec.get('backend')}'; only huggingface_local models "
@@ -170,11 +174,11 @@ def resolve_deepspeed(path: str | None, where: str) -> str | None:
     if not path:
         return None
     for candidate in (Path(path).expanduser(), REPO_ROOT / path):
-        if candidate.is_file():
+        if candidate.exists():
             import json
 
             try:
-                json.loads(candidate.read_text())
+                json.loads(read_text(candidate, "deepspeed config"))
             except json.JSONDecodeError as e:
                 raise PlaypenError(f"{candidate}:{e.lineno}:{e.colno}: malformed DeepSpeed JSON: {e.msg}") from None
             return str(candidate.absolute())
@@ -189,38 +193,81 @@ MANAGED = {"output_dir": "the run directory", "seed": "seed", "data_seed": "seed
            "resume_from_checkpoint": "automatic resume", "push_to_hub": "not supported"}
 ALIASES = {"gradient_checkpointing": "activation_checkpointing",
            "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs"}
+# TRL keys that recipes set from playpen's own keys (Recipe.forced), by the key a user sets instead
+FORCED_FROM = {"num_generations": "group_size", "temperature": "temperature",
+               "reward_weights": "game_reward_weight and reward_weight"}
+# Ranges of TRL's numeric `trainer:` keys that TRL does not check itself: out of range, they fail deep inside
+# training (a DataLoader of batch size 0), or silently mean something else (max_steps -1: train by epochs).
+TRAINER_BOUNDS = {
+    "learning_rate": Bounds(gt=0), "weight_decay": Bounds(ge=0), "max_grad_norm": Bounds(ge=0),
+    "per_device_train_batch_size": Bounds(ge=1), "per_device_eval_batch_size": Bounds(ge=1),
+    "gradient_accumulation_steps": Bounds(ge=1), "num_train_epochs": Bounds(gt=0),
+    "max_steps": Bounds(ge=1, hint="leave max_steps out to train num_train_epochs epochs instead"),
+    "warmup_steps": Bounds(ge=0, hint="a count of steps, or below 1 a share of all steps"),
+    "logging_steps": Bounds(gt=0), "save_steps": Bounds(gt=0), "eval_steps": Bounds(gt=0),
+    "save_total_limit": Bounds(ge=1), "max_length": Bounds(ge=1), "max_prompt_length": Bounds(ge=1),
+    "max_completion_length": Bounds(ge=1), "generation_batch_size": Bounds(ge=1),
+    "steps_per_generation": Bounds(ge=1), "num_iterations": Bounds(ge=1),
+    "beta": Bounds(ge=0, hint="the weight of the KL penalty to the reference model"),
+}
 
 
-def _as_declared(cls, key: str, value):
-    """YAML 1.1 reads 1e-4 as a string: turn such strings into the float the TRL field declares."""
+def _typed_section(cls, section: dict, where: str) -> dict:
+    """`trainer:` values as the TRL field declares them: numbers and booleans are checked like playpen's own keys
+    (YAML's "1e-4" becomes 1e-4, "abc" for learning_rate is refused, no inf/nan) and against TRAINER_BOUNDS;
+    other kinds of values (strategies, lists, mappings) are left to TRL's own checks."""
     import typing
 
-    if not isinstance(value, str):
-        return value
-    hint = typing.get_type_hints(cls).get(key)
-    if hint is float or float in typing.get_args(hint):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    return value
+    hints = typing.get_type_hints(cls)
+    typed = {}
+    for key, value in section.items():
+        options = [t for t in typing.get_args(hints.get(key)) if t is not type(None)] or [hints.get(key)]
+        if len(options) == 1 and options[0] in (int, float, bool) and value is not None:
+            value = coerce(value, options[0], f"{where}: trainer.{key}")
+        if key in TRAINER_BOUNDS and value is not None:
+            TRAINER_BOUNDS[key].check(value, f"{where}: trainer.{key}")
+        typed[key] = value
+    return typed
 
 
-def check_sections(trl_config: str, section: dict, lora: dict | None, forced: dict, where: str) -> None:
-    """`trainer:` keys against the TRL config's fields and `lora:` keys against LoraConfig's, early."""
+def _values_only(cls):
+    """`cls` whose __post_init__ (TRL's and transformers' own checks of the values) runs without setting up a
+    device or a process group: the device and process count come from the launcher's environment. The real
+    arguments are built after DeepSpeed's setup (Session.make_args); this copy only checks, before any of it."""
+    import torch
+
+    return type(cls.__name__, (cls,), {
+        "device": property(lambda self: torch.device("cpu")),
+        "n_gpu": property(lambda self: 0),
+        "world_size": property(lambda self: int(os.environ.get("WORLD_SIZE", 1))),
+        "process_index": property(lambda self: int(os.environ.get("RANK", 0)))})
+
+
+def check_trainer(trl_config: str, section: dict, lora: dict | None, where: str, *, seed: int, defaults: dict,
+                  forced: dict) -> None:
+    """Before anything is written or loaded: `trainer:` keys against the TRL config's fields, their values
+    (types, ranges, then the TRL config class built from them: its own checks), and `lora:` keys against
+    LoraConfig's."""
+    import warnings
+
     import trl
     from peft import LoraConfig
 
-    fields = {f.name for f in dataclasses.fields(getattr(trl, trl_config)) if f.init}
+    cls = getattr(trl, trl_config)
+    fields = {f.name for f in dataclasses.fields(cls) if f.init}
     for key in section:
         if key in MANAGED:
             raise PlaypenError(f"{where}: trainer.{key} is set by playpen ({MANAGED[key]}); remove it from trainer:")
         if key in forced:
-            raise PlaypenError(f"{where}: trainer.{key} follows from playpen's own keys (group_size, temperature); "
-                               f"set those instead")
+            raise PlaypenError(f"{where}: trainer.{key} follows from playpen's "
+                               f"{FORCED_FROM.get(key, 'own keys')}; set that instead")
     check_keys(section, fields - set(MANAGED) - set(forced), f"{where}: trainer")
     if lora is not None:
         check_keys(lora, {f.name for f in dataclasses.fields(LoraConfig) if f.init}, f"{where}: lora")
+    with warnings.catch_warnings():  # (deprecation notes come again, once, when the real arguments are built)
+        warnings.simplefilter("ignore")
+        trl_arguments(_values_only(cls), section, where, output_dir=Path("checkpoints"),  # (never created)
+                      seed=seed, deepspeed=None, defaults=defaults, forced=forced)
 
 
 def trl_arguments(cls, section: dict, where: str, *, output_dir: Path, seed: int, deepspeed: str | None,
@@ -231,7 +278,7 @@ def trl_arguments(cls, section: dict, where: str, *, output_dir: Path, seed: int
     fields = {f.name for f in dataclasses.fields(cls) if f.init}
     check_keys(section, fields - set(MANAGED) - set(forced or {}), f"{where}: trainer")
     cuda = torch.cuda.is_available()
-    section = dict(section)
+    section = _typed_section(cls, section, where)
     for old, new in ALIASES.items():  # transformers 5 renamed these; the old name would be silently overridden
         if old in section:
             section.setdefault(new, section.pop(old))
@@ -245,30 +292,57 @@ def trl_arguments(cls, section: dict, where: str, *, output_dir: Path, seed: int
     }
     if not cuda:
         values["bf16"] = values["fp16"] = False
-    values = {k: _as_declared(cls, k, v) for k, v in values.items() if k in fields}
+    values = {k: v for k, v in values.items() if k in fields}
     try:
         return cls(**values)
     except (ValueError, TypeError) as e:
         message = " ".join(str(e).split())
-        raise PlaypenError(f"{where}: trainer: {message}") from None
+        # TRL names the keys playpen sets for it: say which playpen key that is
+        named = "; ".join(f"{key} is playpen's {ours}" for key, ours in FORCED_FROM.items()
+                          if key in (forced or {}) and key in message)
+        raise PlaypenError(f"{where}: trainer: {message}" + (f" ({named})" if named else "")) from None
 
 
 # ---------------------------------------------------------------- teachers
 
+def key_files() -> list[Path]:
+    """Where clemcore looks for key.json, in its order."""
+    return [Path.cwd() / "key.json", Path.home() / ".clemcore" / "key.json"]
+
+
 def key_file_hint() -> str:
-    return f"{Path.cwd() / 'key.json'} or {Path.home() / '.clemcore' / 'key.json'}"
+    return " or ".join(map(str, key_files()))
+
+
+def read_keys() -> dict:
+    """The backends' entries of the key.json clemcore uses. One that is there but broken is refused in one line
+    naming the file and the position (clemcore would silently take the next file, or none, and the missing entry
+    would be all a user sees). No value of the file ever appears in a message."""
+    import json
+
+    for path in key_files():
+        if not path.exists():
+            continue
+        try:
+            keys = json.loads(read_text(path, "key file"))
+        except json.JSONDecodeError as e:
+            raise PlaypenError(f"{path}:{e.lineno}:{e.colno}: malformed JSON: {e.msg}; fix it (clemcore reads "
+                               f"backend keys from it)") from None
+        if not isinstance(keys, dict) or not all(isinstance(v, dict) for v in keys.values()):
+            raise PlaypenError(f'{path}: must map backend names to their settings, e.g. {{"openai": '
+                               f'{{"api_key": "..."}}}}')
+        return keys
+    return {}
 
 
 def check_remote_key(spec: dict, role: str) -> None:
     """A remote backend needs its entry in key.json; checked before training. The key itself is never shown."""
-    from clemcore.backends.key_registry import KeyRegistry
-
     backend = spec.get("backend", "")
     if backend in LOCAL_BACKENDS:
         return
-    registry = KeyRegistry.from_json()
-    entry = registry.get(backend) if backend in registry else None
-    usable = entry is not None and (entry.has_api_key() or getattr(entry, "base_url", None))
+    entry = read_keys().get(backend)
+    api_key = (entry or {}).get("api_key")
+    usable = entry is not None and ((isinstance(api_key, str) and api_key.strip()) or entry.get("base_url"))
     if not usable:
         raise PlaypenError(f"{role} '{spec['model_name']}' uses the remote backend '{backend}' but key.json has no "
                            f"'{backend}' entry with an api_key (looked in {key_file_hint()}); add "
@@ -308,10 +382,12 @@ def read_jsonl_rows(path: str | None, where: str, key: str, check_row, limit: in
     if not path:
         raise PlaypenError(f"{where}: {key} is required (a jsonl file)")
     file = Path(path).expanduser()
-    if not file.is_file():
-        raise PlaypenError(f"{where}: {key} file {path} not found")
+    try:
+        text = read_text(file, f"{key} file")
+    except PlaypenError as e:
+        raise PlaypenError(f"{where}: {e}") from None
     rows = []
-    for number, line in enumerate(file.read_text().splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:

@@ -13,7 +13,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from playpen.eval.cli import check_flags
     from playpen.train.base import run_trainer
+
+    check_flags(args)  # -L and -T mean what they mean in `playpen eval`
 
     run_trainer(args.file, args.learner, args.teacher, args.max_tokens, args.temperature)
     return 0

@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json, atomic_write_text
 from playpen.train import builders, distributed, rollouts
@@ -28,9 +29,10 @@ from playpen.train.runner import Recipe, Session
 @dataclass
 class Config(rollouts.GameConfig):
     data: str | None = None             # static preference jsonl; or leave it out and set game:
-    iterations: int = 1                 # rollout mode: rounds of play → pairs → DPO
-    group_size: int = 4                 # branch factor: episodes per instance sharing a prefix
-    instances: int | None = 16          # training instances played per round
+    iterations: int = bounded(1, ge=1)  # rollout mode: rounds of play → pairs → DPO
+    # branch factor: episodes per instance sharing a prefix
+    group_size: int = bounded(4, ge=2, hint="a preference pair compares two episodes of an instance")
+    instances: int | None = bounded(16, ge=1)  # training instances played per round
 
 
 def _side(value, name: str) -> str | None:
@@ -69,10 +71,6 @@ class DPO(Recipe):
                 raise PlaypenError(f"{where}: iterations > 1 needs game play (set game, not data)")
             builders.read_jsonl_rows(cfg.data, where, "data", _row_problem)
         else:
-            if cfg.iterations < 1:
-                raise PlaypenError(f"{where}: iterations must be >= 1")
-            if cfg.group_size < 2:
-                raise PlaypenError(f"{where}: group_size must be >= 2 to compare episodes")
             rollouts.check_game(cfg, where)
 
     def trainer_defaults(self, cfg: Config) -> dict:

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from itertools import groupby
 
+from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json, read_jsonl
 from playpen.train import distributed, learned_reward, rollouts
@@ -30,6 +31,8 @@ class Config(rollouts.GameConfig):
     """Keys of GameConfig and TrainConfig, plus a learned reward (learned_reward.py); `trainer:` takes
     trl.GRPOConfig keys."""
 
+    # episodes per instance: TRL's num_generations, whose rewards are normalised against each other
+    group_size: int = bounded(8, ge=2, hint="GRPO's advantage compares the episodes of a group")
     prompts: str | None = None           # jsonl of prompts: single-turn GRPO against reward_model (no game)
     reward_model: str | None = None      # sequence classifier (registry name, folder) or callable scorer
     reward_label: str | None = None      # the label of a multi-label reward_model to reward

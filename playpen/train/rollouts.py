@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.games.instances import generate_instances, instances_file, load_instances, pick_generated
 from playpen.train import builders, distributed
@@ -27,18 +28,20 @@ class GameConfig(TrainConfig):
                                          # (a name in its in/ folder or a path); validation is held out
     generate: dict | None = None         # {seed: N, <generator args>}: fresh instances from the game's own
                                          # instancegenerator.py instead of split (validation duplicates dropped)
-    instances: int | None = None         # use N instances (shuffled with seed); null = all of the split
-    group_size: int = 8                  # episodes per instance (GRPO group / DPO branching pool)
+    instances: int | None = bounded(None, ge=1)  # use N instances (shuffled with seed); null = all of the split
+    group_size: int = bounded(8, ge=1)   # episodes per instance (GRPO group / DPO branching pool)
     teacher: str | None = None           # frozen partner (registry name: local HF or remote API + key.json)
     self_play: bool = True               # without a teacher the learner plays every role
     train_seats: str = "all"             # self-play: "all" = episodes of a group alternate which learner seat
                                          # is trained (every role learns); "first" = the first seat only
-    max_new_tokens: int = 64             # per turn
-    temperature: float = 1.0             # sampling temperature of the learner
-    rollout_batch_size: int = 64         # sequences generated together
-    validation_instances: int = 0        # >0: play N validation instances at start, every validation_every, end
-    validation_every: int = 0            # steps between validations (0: start and end only)
-    validation_temperature: float = 0.0  # greedy by default, as clemscore evaluation plays
+    max_new_tokens: int = bounded(64, ge=1)  # per turn
+    # sampling temperature of the learner: the episodes of a group must be able to differ
+    temperature: float = bounded(1.0, gt=0, hint="episodes are sampled; 0 would play every group's episodes alike")
+    rollout_batch_size: int = bounded(64, ge=1)  # sequences generated together
+    validation_instances: int = bounded(0, ge=0)  # >0: play N validation instances at start, every
+                                                  # validation_every steps, and at the end
+    validation_every: int = bounded(0, ge=0)  # steps between validations (0: start and end only)
+    validation_temperature: float = bounded(0.0, ge=0)  # greedy by default, as clemscore evaluation plays
 
 
 def check_game(cfg: GameConfig, where: str) -> dict:
@@ -49,8 +52,6 @@ def check_game(cfg: GameConfig, where: str) -> dict:
         raise PlaypenError(f"{where}: game is required (e.g. game: wordle; see `playpen list games`)")
     entry = resolve_game(cfg.game)
     players = entry.players
-    if cfg.group_size < 1:
-        raise PlaypenError(f"{where}: group_size must be >= 1, got {cfg.group_size}")
     if players > 1 and not cfg.teacher and not cfg.self_play:
         roles = ", ".join(entry.spec.get("roles", [])) or f"{players} roles"
         raise PlaypenError(f"{where}: game {cfg.game} has {players} players ({roles}) and self_play is off: "

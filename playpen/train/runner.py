@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from playpen.config import dump_yaml, load_config, to_dict
+from playpen.config import bounded, dump_yaml, load_config, to_dict
 from playpen.errors import PlaypenError
 from playpen.storage import RunDir, atomic_write_json, atomic_write_text, exclusive_folder
 from playpen.train import METHODS, builders, distributed
@@ -54,7 +54,7 @@ class TrainConfig:
     model: str = "playpen-tiny"          # registry name (`playpen list models`) or a local Hugging Face folder
     run_id: str | None = None            # default: <method>-<hash of this config>, so a rerun resumes
     storage_root: str | None = None      # default: $PLAYPEN_STORAGE, else ./runs
-    seed: int = 42
+    seed: int = bounded(42, ge=0)     # numpy and torch take seeds >= 0
     lora: dict | None = field(default_factory=dict)  # LoraConfig keys over the seed default; null = full weights
     quantization: str | None = None      # null | 4bit | 8bit (bitsandbytes; QLoRA with lora)
     dtype: str = "auto"                  # auto | float32 | bfloat16 | float16 (weights as loaded)
@@ -62,8 +62,8 @@ class TrainConfig:
     register: bool = True                # write <run>/model_registry.json for `playpen eval`
     allow_config_change: bool = False    # rerun an existing run id with other values (e.g. more max_steps);
                                          # refused without it, so one run never mixes two configs
-    cpu_threads: int | None = None       # CPU only: torch intra-op threads (1 is fastest for tiny models on a
-                                         # busy machine); null = torch's default
+    cpu_threads: int | None = bounded(None, ge=1)  # CPU only: torch intra-op threads (1 is fastest for tiny
+                                         # models on a busy machine); null = torch's default
     trainer: dict = field(default_factory=dict)  # the TRL config's own keys (max_steps, learning_rate, ...)
 
 
@@ -204,6 +204,22 @@ def load_recipe(method: str) -> Recipe:
     return importlib.import_module(METHODS[method]).RECIPE
 
 
+def check_config(recipe: Recipe, cfg, where: str) -> str | None:
+    """What the config says, checked without loading or writing anything (`playpen submit` runs this before it
+    sends a job, the job again): `trainer:` and `lora:` keys and the TRL config built from them, the DeepSpeed
+    file, and the key.json entry of a remote partner. Returns the DeepSpeed file's path."""
+    builders.check_trainer(recipe.trl_config, cfg.trainer, cfg.lora, where, seed=cfg.seed,
+                           defaults=recipe.trainer_defaults(cfg), forced=recipe.forced(cfg))
+    if cfg.quantization and cfg.lora is None:
+        raise PlaypenError(f"{where}: quantization: {cfg.quantization} trains adapters only; set lora: {{}} "
+                           f"(QLoRA) or quantization: null")
+    if getattr(cfg, "teacher", None):
+        from playpen.registry import resolve_model
+
+        builders.check_remote_key(resolve_model(cfg.teacher), "teacher")
+    return builders.resolve_deepspeed(cfg.deepspeed, where)
+
+
 def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
     import logging
 
@@ -212,12 +228,8 @@ def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
     cfg = load_config(recipe.Config, config_path, overrides)
     where = str(config_path) if config_path else "overrides"
     # ---- check: nothing is written before all of this passed
-    builders.check_sections(recipe.trl_config, cfg.trainer, cfg.lora, recipe.forced(cfg), where)
+    deepspeed = check_config(recipe, cfg, where)
     builders.check_quantization(cfg.quantization)
-    if cfg.quantization and cfg.lora is None:
-        raise PlaypenError(f"{where}: quantization: {cfg.quantization} trains adapters only; set lora: {{}} "
-                           f"(QLoRA) or quantization: null")
-    deepspeed = builders.resolve_deepspeed(cfg.deepspeed, where)
     spec = builders.resolve_model_spec(cfg.model)
     recipe.check(cfg, where)
     run_dir = RunDir.for_experiment(cfg.storage_root, cfg.experiment, cfg.run_id or default_run_id(method, cfg))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from playpen.config import bounded
 from playpen.train import builders
 from playpen.train.runner import Recipe, Session, TrainConfig
 
@@ -18,7 +19,7 @@ from playpen.train.runner import Recipe, Session, TrainConfig
 class Config(TrainConfig):
     data: str = ""                      # jsonl with {"messages": [...]} rows (from `playpen data`)
     eval_data: str | None = None        # optional jsonl in the same format, evaluated every trainer.eval_steps
-    max_rows: int | None = None         # use only the first N rows
+    max_rows: int | None = bounded(None, ge=1)  # use only the first N rows
 
 
 def _row_problem(row: dict) -> str | None:
