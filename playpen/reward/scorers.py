@@ -147,7 +147,7 @@ def _label_index(name: str, labels: list[str], label: str | None, what: str) -> 
         if label is not None and label not in (labels[0], "0"):
             raise PlaypenError(f"{what} {name} has a single reward output ({labels[0]}); remove label {label!r}")
         return 0
-    flag = "label:" if what.startswith("reward_model") else "--label"
+    flag = "reward_label:" if what.startswith("reward_model") else "--label"
     if label is None:
         raise PlaypenError(f"{what} {name} has {len(labels)} labels ({', '.join(labels)}); choose the one to score "
                            f"with {flag} <label>")

@@ -217,7 +217,7 @@ class GRPO(Recipe):
     trl_config = "GRPOConfig"
 
     def check(self, cfg: Config, where: str) -> None:
-        learned_reward.check(cfg, where, {**self.trainer_defaults(cfg), **cfg.trainer}.get("beta"))
+        learned_reward.check(cfg, where)  # (trainer.beta >= 0 is checked with every trainer: value)
         if not cfg.prompts:
             rollouts.check_game(cfg, where)
 

@@ -21,11 +21,8 @@ from __future__ import annotations
 from playpen.errors import PlaypenError
 
 
-def check(cfg, where: str, beta: float) -> None:
-    """The prompts file, the reward model and beta, before anything is written."""
-    if beta is not None and float(beta) < 0:
-        raise PlaypenError(f"{where}: trainer.beta must be >= 0 (the weight of the KL penalty to the reference "
-                           f"model), got {beta}")
+def check(cfg, where: str) -> None:
+    """The prompts file and the reward model, before anything is written."""
     if cfg.prompts:
         from playpen.reward.prompts import read_prompts
 

@@ -1,0 +1,186 @@
+"""The offline "make it positive" chain end to end → bench/results/reward.md + reward.png.
+
+    python bench/bench_reward.py [--rm-steps 80] [--rl-steps 60] [--beta 0.1] [--meter-samples 32]
+
+Each step is the documented command, run as its own process (configs/reward/tiny_sentiment.yaml lists them):
+1. label: `playpen meter playpen-tiny --classifier vader` on the taboo describer train prompts (8 clues each):
+   VADER's compound sentiment of every clue, written as labelled texts;
+2. reward model: `playpen train reward --config configs/reward/tiny_sentiment.yaml` on those (clues for the same
+   prompt compared, the more positive preferred), held-out pair accuracy;
+3. RL: `playpen train grpo --config configs/grpo/tiny_reward_model.yaml`, single-turn GRPO against the reward
+   model with beta > 0 (KL to the base model, logged per step);
+4. meter before/after: `playpen meter playpen-tiny --compare <trained>` on the held-out validation prompts, scored
+   by VADER (the independent labeller: did the text really get more positive?) and by the reward model.
+Target (issue 14): the mean score moves by more than 5 standard errors while KL is reported and bounded.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+TRAIN_PROMPTS = "configs/reward/prompts/taboo_describer_train.jsonl"
+VAL_PROMPTS = "configs/reward/prompts/taboo_describer_validation.jsonl"
+RM_NAME, RL_NAME = "tiny-sentiment-rm-v1", "tiny-sentiment-rl-v1"
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rm-steps", type=int, default=80)
+    p.add_argument("--rl-steps", type=int, default=60)
+    p.add_argument("--beta", type=float, default=0.1)
+    p.add_argument("--label-samples", type=int, default=8)
+    p.add_argument("--meter-samples", type=int, default=32)
+    p.add_argument("--storage", type=Path, default=None, help="run folder (default: a fresh temporary one)")
+    return p.parse_args()
+
+
+def playpen(args: list[str], env: dict) -> float:
+    """Run one playpen command in its own process; its wall time. Its output goes to the terminal."""
+    started = time.perf_counter()
+    print(f"\n$ playpen {' '.join(args)}", flush=True)
+    subprocess.run([sys.executable, "-m", "playpen.cli", *args], cwd=REPO, env=env, check=True)
+    return time.perf_counter() - started
+
+
+def meter(model: str, classifier: str, out: Path, samples: int, env: dict, prompts: str = VAL_PROMPTS,
+          compare: str | None = None) -> float:
+    return playpen(["meter", model, *(["--compare", compare] if compare else []), "--classifier", classifier,
+                    "--prompts", prompts, "-n", str(samples), "--max-new-tokens", "24", "-o", str(out)], env)
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def curve(metrics: Path) -> list[dict]:
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    by_step = {r["step"]: r for r in rows if "kl" in r and "reward" in r}  # a resumed step's row replaces its old one
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def plot(rows: list[dict], vader: Path, out: Path) -> None:
+    import csv
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
+    steps = [r["step"] for r in rows]
+    left.plot(steps, [r["reward"] for r in rows], color="tab:blue", marker=".", label="learned reward (mean)")
+    left.set_xlabel("GRPO step")
+    left.set_ylabel("reward model score")
+    left.grid(alpha=0.3)
+    kl_axis = left.twinx()
+    kl_axis.plot(steps, [r["kl"] for r in rows], color="tab:purple", marker=".", label="KL to the base model")
+    kl_axis.set_ylabel("KL (per token)")
+    handles = left.get_legend_handles_labels()[0] + kl_axis.get_legend_handles_labels()[0]
+    left.legend(handles, [h.get_label() for h in handles], loc="upper left", fontsize=8)
+    left.set_title("RL against the reward model", fontsize=10)
+    for name, color in (("playpen-tiny", "tab:blue"), (RL_NAME, "tab:orange")):
+        with (vader / f"{name}.completions.csv").open() as f:
+            scores = [float(r["score"]) for r in csv.DictReader(f)]
+        summary = load(vader / f"{name}.summary.json")
+        right.hist(scores, bins=[-1 + i / 20 for i in range(41)], alpha=0.55, color=color,
+                   label=f"{name}: mean {summary['mean']:.3f} ± {summary['stderr']:.3f}")
+    right.set_yscale("log")
+    right.set_xlabel("VADER compound sentiment of the clue")
+    right.set_ylabel("clues (log)")
+    right.set_title("held-out prompts, before vs after (playpen meter)", fontsize=10)
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def report(args, storage: Path, times: dict, load_avg: float) -> str:
+    rm_eval = load(storage / "tiny-sentiment-rm" / "v1" / "reward_eval.json")
+    rows = curve(storage / "tiny-sentiment-rl" / "v1" / "metrics.jsonl")
+    vader, learned = storage / "meter-vader", storage / "meter-rm"
+    k = max(1, len(rows) // 6)
+    first, last = rows[:k], rows[-k:]
+    kls = [r["kl"] for r in rows]
+    lines = [f"# Reward models end to end (generated {datetime.now():%Y-%m-%d %H:%M})", "",
+             f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+             f"`python bench/bench_reward.py --rm-steps {args.rm_steps} --rl-steps {args.rl_steps} --beta {args.beta}` "
+             f"(load average at start: {load_avg:.1f} — other jobs on a shared machine inflate times).", "",
+             "The trlX \"make reviews positive\" tutorial in miniature, offline: playpen-tiny writes taboo clues "
+             "(`CLUE: ...`); VADER (vaderSentiment, PyPI) labels them; a reward model learns the labels; GRPO with a "
+             "KL leash optimises the reward model; `playpen meter` compares base and trained model on the 21 "
+             "held-out validation prompts.", "",
+             "| step | command | wall (s) |", "|---|---|---:|"]
+    for step, (command, seconds) in times.items():
+        lines.append(f"| {step} | `{command}` | {seconds:.0f} |")
+    lines += ["", "## Reward model", "",
+              f"{rm_eval['pairs']} preference pairs ({rm_eval['format']}s; clues of one prompt, more positive "
+              f"preferred, up to 4 per clue), {rm_eval['train_pairs']} trained on ({args.rm_steps} steps, full "
+              f"weights), {rm_eval['held_out_pairs']} held out: **held-out accuracy {rm_eval['accuracy']:.3f}** "
+              f"(mean margin {rm_eval['margin']:.2f}).", "",
+              "## RL against it (GRPO, beta = {:g})".format(args.beta), "",
+              f"Mean learned reward, first {k} vs last {k} of {len(rows)} steps: "
+              f"{statistics.mean(r['reward'] for r in first):.2f} → {statistics.mean(r['reward'] for r in last):.2f}. "
+              f"KL to the base model (per token, TRL's estimate, every step in metrics.jsonl): "
+              f"{statistics.mean(r['kl'] for r in first):.3f} → {statistics.mean(r['kl'] for r in last):.3f}, "
+              f"max {max(kls):.3f}.", "",
+              "## Meter: base vs trained on held-out prompts", "",
+              "| scorer | model | n | mean | s.e. | s.e. by prompt | share above |", "|---|---|---:|---:|---:|---:|---:|"]
+    verdicts = []
+    for label, folder in (("VADER (independent)", vader), ("reward model", learned)):
+        for name in ("playpen-tiny", RL_NAME):
+            s = load(folder / f"{name}.summary.json")
+            lines.append(f"| {label} | {name} | {s['n']} | {s['mean']:.4f} | {s['stderr']:.4f} | "
+                         f"{s['stderr_by_prompt']:.4f} | {100 * s['share_above']:.1f} % (> {s['threshold']:g}) |")
+        c = load(folder / "comparison.json")
+        verdicts.append(f"- {label}: {c['difference']:+.4f} = **{c['z_stderr']:+.1f} standard errors** "
+                        f"({c['z_stderr_by_prompt']:+.1f} with the per-prompt standard error, which treats the "
+                        f"{args.meter_samples} clues of a prompt as correlated)")
+    z = load(vader / "comparison.json")["z_stderr"]
+    met = "meets" if z > 5 else "misses"
+    lines += ["", "Shift of the mean (trained − base):", "", *verdicts, "",
+              f"**Target (mean moves by > 5 standard errors, KL reported and bounded): {met} it on the independent "
+              f"VADER meter ({z:+.1f} s.e.), with KL at most {max(kls):.3f} per token.**", "",
+              "![reward](reward.png)", ""]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    args = parse_args()
+    storage = args.storage or Path(tempfile.mkdtemp(prefix="bench-reward-"))
+    env = {**os.environ, "PLAYPEN_STORAGE": str(storage)}  # registered names (tiny-sentiment-rm-v1) resolve there
+    load_avg = os.getloadavg()[0]
+    times = {}
+    label = storage / "label"
+    times["1 label"] = ("meter playpen-tiny --classifier vader", meter(
+        "playpen-tiny", "vader", label, args.label_samples, env, prompts=TRAIN_PROMPTS))
+    times["2 reward model"] = ("train reward --config configs/reward/tiny_sentiment.yaml", playpen(
+        ["train", "reward", "--config", "configs/reward/tiny_sentiment.yaml", f"storage_root={storage}",
+         f"data={label / 'playpen-tiny.labelled.jsonl'}", f"trainer.max_steps={args.rm_steps}"], env))
+    times["3 RL"] = ("train grpo --config configs/grpo/tiny_reward_model.yaml", playpen(
+        ["train", "grpo", "--config", "configs/grpo/tiny_reward_model.yaml", f"storage_root={storage}",
+         f"trainer.max_steps={args.rl_steps}", f"trainer.beta={args.beta}"], env))
+    times["4a meter (VADER)"] = (f"meter playpen-tiny --compare {RL_NAME} --classifier vader", meter(
+        "playpen-tiny", "vader", storage / "meter-vader", args.meter_samples, env, compare=RL_NAME))
+    times["4b meter (reward model)"] = (f"meter playpen-tiny --compare {RL_NAME} --classifier {RM_NAME}", meter(
+        "playpen-tiny", RM_NAME, storage / "meter-rm", args.meter_samples, env, compare=RL_NAME))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    plot(curve(storage / "tiny-sentiment-rl" / "v1" / "metrics.jsonl"), storage / "meter-vader",
+         RESULTS / "reward.png")
+    (RESULTS / "reward.md").write_text(report(args, storage, times, load_avg))
+    print(f"\nwrote {RESULTS / 'reward.md'} and {RESULTS / 'reward.png'} (runs in {storage})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
