@@ -248,8 +248,10 @@ def check_trainer(trl_config: str, section: dict, lora: dict | None, where: str,
     """Before anything is written or loaded: `trainer:` keys against the TRL config's fields, their values
     (types, ranges, then the TRL config class built from them: its own checks), and `lora:` keys against
     LoraConfig's."""
+    import logging
     import warnings
 
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)  # "pip install kernels" noise
     import trl
     from peft import LoraConfig
 

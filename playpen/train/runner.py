@@ -221,9 +221,6 @@ def check_config(recipe: Recipe, cfg, where: str) -> str | None:
 
 
 def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
-    import logging
-
-    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)  # "pip install kernels" noise
     recipe = load_recipe(method)
     cfg = load_config(recipe.Config, config_path, overrides)
     where = str(config_path) if config_path else "overrides"
