@@ -90,10 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in SUBMIT_ALIASES:
         argv = ["submit", *argv]
     parser = build_parser_for(argv)
-    args, extra = parser.parse_known_args(argv)
-    # argparse stops filling `overrides` at the first option: `train grpo --config X k=v` leaves k=v over
-    if extra and (not hasattr(args, "overrides") or any(a.startswith("-") for a in extra)):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:  # usage mistakes end here with OneLineParser's line (and -h with its help), as an exit code
+        args, extra = parser.parse_known_args(argv)
+        # argparse stops filling `overrides` at the first option: `train grpo --config X k=v` leaves k=v over
+        if extra and (not hasattr(args, "overrides") or any(a.startswith("-") for a in extra)):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
     if extra:
         args.overrides = [*args.overrides, *extra]
     return guarded(dispatch, args)
@@ -133,9 +136,16 @@ def guarded(command, *args) -> int:
         return 130
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Usage mistakes (a missing argument, `-L abc`) are one line too, like every other bad input."""
+
+    def error(self, message: str):
+        self.exit(2, f"playpen: error: {self.prog}: {message} (see `{self.prog} -h`)\n")
+
+
 def build_parser_for(argv: list[str]) -> argparse.ArgumentParser:
     """Only the chosen command's module is imported to add its arguments (keeps `playpen list` instant)."""
-    parser = argparse.ArgumentParser(prog="playpen", description="Train and evaluate chat LLMs in interaction.")
+    parser = OneLineParser(prog="playpen", description="Train and evaluate chat LLMs in interaction.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     listing = commands.add_parser("list", help="list registered models or games")
     listing.add_argument("what", choices=["models", "games"])

@@ -194,3 +194,50 @@ def register_model(spec: dict, registry: Path | None = None) -> Path:
     entries = [e for e in entries if e.get("model_name") != spec["model_name"]] + [spec]
     atomic_write_json(registry, entries)
     return registry
+
+
+# ---------------------------------------------------------------- keys of remote backends
+
+LOCAL_BACKENDS = {"huggingface_local", "llamacpp", "_player_human", "_player_programmed", "mock"}
+
+
+def key_files() -> list[Path]:
+    """Where clemcore looks for key.json, in its order."""
+    return [Path.cwd() / "key.json", Path.home() / ".clemcore" / "key.json"]
+
+
+def key_file_hint() -> str:
+    return " or ".join(map(str, key_files()))
+
+
+def read_keys() -> dict:
+    """The backends' entries of the key.json clemcore uses. One that is there but broken is refused in one line
+    naming the file and the position (clemcore would silently take the next file, or none, and the missing entry
+    would be all a user sees). No value of the file ever appears in a message."""
+    for path in key_files():
+        if not path.exists():
+            continue
+        try:
+            keys = json.loads(read_text(path, "key file"))
+        except json.JSONDecodeError as e:
+            raise PlaypenError(f"{path}:{e.lineno}:{e.colno}: malformed JSON: {e.msg}; fix it (clemcore reads "
+                               f"backend keys from it)") from None
+        if not isinstance(keys, dict) or not all(isinstance(v, dict) for v in keys.values()):
+            raise PlaypenError(f'{path}: must map backend names to their settings, e.g. {{"openai": '
+                               f'{{"api_key": "..."}}}}')
+        return keys
+    return {}
+
+
+def check_remote_key(spec: dict, role: str) -> None:
+    """A remote backend needs its entry in key.json; checked before training. The key itself is never shown."""
+    backend = spec.get("backend", "")
+    if backend in LOCAL_BACKENDS:
+        return
+    entry = read_keys().get(backend)
+    api_key = (entry or {}).get("api_key")
+    usable = entry is not None and ((isinstance(api_key, str) and api_key.strip()) or entry.get("base_url"))
+    if not usable:
+        raise PlaypenError(f"{role} '{spec['model_name']}' uses the remote backend '{backend}' but key.json has no "
+                           f"'{backend}' entry with an api_key (looked in {key_file_hint()}); add "
+                           f'{{"{backend}": {{"api_key": "..."}}}} there')

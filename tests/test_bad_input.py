@@ -223,8 +223,6 @@ def test_paths(capsys, home, case):
     check(capsys, home, argv, message.format(home=home))
 
 
-@pytest.mark.xfail(strict=True, reason="playpen/games/instances.py read_instances lets UnicodeDecodeError through "
-                                       "(a traceback); playpen.config.read_text says it in one line")
 def test_binary_instances_file(capsys, home):
     check(capsys, home, EVAL + ["--instance_set", "./binary.bin"], "binary.bin is not a text file")
 
@@ -287,6 +285,14 @@ FLAGS = {
     "submit --executor local --nodes 3 --dry-run": (SUBMIT + ["--nodes", "3"], "--nodes 3 needs SLURM"),
     "submit --nodes 0 --dry-run": (SUBMIT + ["--nodes", "0"], "--nodes must be ≥ 1"),
     "submit --gpus-per-node -1 --dry-run": (SUBMIT + ["--gpus-per-node", "-1"], "--gpus-per-node ≥ 0"),
+    "eval of an API model without its key": (["eval", "gpt-4o-mini", "-g", "wordle", "-r", "res"],
+                                             "model 'gpt-4o-mini' uses the remote backend 'openai' but key.json "
+                                             "has no 'openai' entry"),
+    # usage mistakes argparse finds: one line too (not usage + error)
+    "eval -L abc": (EVAL + ["-L", "abc"], "playpen eval: argument -L/--max_tokens: invalid int value: 'abc'"),
+    "submit --nodes x": (SUBMIT + ["--nodes", "x"], "argument --nodes: invalid int value: 'x'"),
+    "train without a method": (["train"], "the following arguments are required"),
+    "unknown option": (SFT + ["--bogus"], "unrecognized arguments: --bogus"),
 }
 
 

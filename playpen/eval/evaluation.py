@@ -26,6 +26,7 @@ from playpen.eval.clemlog import clemcore_log, library_bars
 from playpen.eval.models import model_folder, resolve_eval_model
 from playpen.games.instances import instances_file, read_instances, spread
 from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
+from playpen.registry import check_remote_key
 from playpen.storage import atomic_write_json, exclusive_folder
 
 DEFAULT_MAX_TOKENS = 300
@@ -239,6 +240,7 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
     if suite not in SUITES:
         raise PlaypenError(f"unknown suite '{suite}'; choose one of {', '.join(SUITES)}")
     spec = resolve_eval_model(model)
+    check_remote_key(spec, "model")  # an API model without its key.json entry: one line, before anything runs
     folder = model_folder(spec)
     results = Path(results_dir) if results_dir else Path(DEFAULT_RESULTS_ROOT) / time.strftime("%Y%m%d-%H%M%S")
     if results.exists() and not results.is_dir():

@@ -78,13 +78,13 @@ def instances_file(game: str | GameEntry, split: str = VALIDATION) -> Path:
 
 def read_instances(path: str | Path) -> list[tuple[dict, dict]]:
     """(experiment without its game_instances, instance) pairs of a clemcore instances file, checked."""
+    from playpen.config import read_text
+
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path, "instances file"))
     except json.JSONDecodeError as e:
         raise PlaypenError(f"{path}:{e.lineno}:{e.colno}: malformed JSON: {e.msg}") from None
-    except OSError as e:
-        raise PlaypenError(f"{path}: cannot be read ({e.strerror})") from None
     return instance_pairs(data, str(path))
 
 

@@ -144,8 +144,8 @@ def check_container(profile: ClusterProfile) -> ClusterProfile:
 
         found = find_runtime()
         if found is None:
-            raise PlaypenError(f"container image given, but neither apptainer nor singularity is on PATH "
-                               f"(module load apptainer? or --container none)")
+            raise PlaypenError("container image given, but neither apptainer nor singularity is on PATH "
+                               "(module load apptainer? or --container none)")
         return replace(profile, container=replace(profile.container, runtime=found))
     return profile
 

@@ -214,9 +214,9 @@ def check_config(recipe: Recipe, cfg, where: str) -> str | None:
         raise PlaypenError(f"{where}: quantization: {cfg.quantization} trains adapters only; set lora: {{}} "
                            f"(QLoRA) or quantization: null")
     if getattr(cfg, "teacher", None):
-        from playpen.registry import resolve_model
+        from playpen.registry import check_remote_key, resolve_model
 
-        builders.check_remote_key(resolve_model(cfg.teacher), "teacher")
+        check_remote_key(resolve_model(cfg.teacher), "teacher")
     return builders.resolve_deepspeed(cfg.deepspeed, where)
 
 
