@@ -1,6 +1,6 @@
 """The offline "make it positive" chain end to end → bench/results/reward.md + reward.png.
 
-    python bench/bench_reward.py [--rm-steps 80] [--rl-steps 60] [--beta 0.1] [--meter-samples 32]
+    python bench/bench_reward.py [--rm-steps N] [--rl-steps N] [--beta B] [--meter-samples 32]   (default: the configs')
 
 Each step is the documented command, run as its own process (configs/reward/tiny_sentiment.yaml lists them):
 1. label: `playpen meter playpen-tiny --classifier vader` on the taboo describer train prompts (8 clues each):
@@ -36,9 +36,9 @@ RM_NAME, RL_NAME = "tiny-sentiment-rm-v1", "tiny-sentiment-rl-v1"
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rm-steps", type=int, default=80)
-    p.add_argument("--rl-steps", type=int, default=60)
-    p.add_argument("--beta", type=float, default=0.1)
+    p.add_argument("--rm-steps", type=int, default=None, help="reward model steps (default: the config's)")
+    p.add_argument("--rl-steps", type=int, default=None, help="GRPO steps (default: the config's)")
+    p.add_argument("--beta", type=float, default=None, help="KL weight (default: the config's)")
     p.add_argument("--label-samples", type=int, default=8)
     p.add_argument("--meter-samples", type=int, default=32)
     p.add_argument("--storage", type=Path, default=None, help="run folder (default: a fresh temporary one)")
@@ -57,6 +57,17 @@ def meter(model: str, classifier: str, out: Path, samples: int, env: dict, promp
           compare: str | None = None) -> float:
     return playpen(["meter", model, *(["--compare", compare] if compare else []), "--classifier", classifier,
                     "--prompts", prompts, "-n", str(samples), "--max-new-tokens", "24", "-o", str(out)], env)
+
+
+def override(key: str, value) -> list[str]:
+    return [] if value is None else [f"{key}={value}"]
+
+
+def config_value(storage: Path, run: str, key: str):
+    """A trainer: value as the run resolved it (its config.yaml)."""
+    import yaml
+
+    return yaml.safe_load((storage / run / "v1" / "config.yaml").read_text())["trainer"][key]
 
 
 def load(path: Path) -> dict:
@@ -106,6 +117,8 @@ def plot(rows: list[dict], vader: Path, out: Path) -> None:
 
 
 def report(args, storage: Path, times: dict, load_avg: float) -> str:
+    rm_steps = config_value(storage, "tiny-sentiment-rm", "max_steps")
+    rl_steps, beta = (config_value(storage, "tiny-sentiment-rl", k) for k in ("max_steps", "beta"))
     rm_eval = load(storage / "tiny-sentiment-rm" / "v1" / "reward_eval.json")
     rows = curve(storage / "tiny-sentiment-rl" / "v1" / "metrics.jsonl")
     vader, learned = storage / "meter-vader", storage / "meter-rm"
@@ -114,7 +127,7 @@ def report(args, storage: Path, times: dict, load_avg: float) -> str:
     kls = [r["kl"] for r in rows]
     lines = [f"# Reward models end to end (generated {datetime.now():%Y-%m-%d %H:%M})", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-             f"`python bench/bench_reward.py --rm-steps {args.rm_steps} --rl-steps {args.rl_steps} --beta {args.beta}` "
+             f"`python bench/bench_reward.py` (reward model {rm_steps} steps, GRPO {rl_steps} steps, beta {beta}) "
              f"(load average at start: {load_avg:.1f} — other jobs on a shared machine inflate times).", "",
              "The trlX \"make reviews positive\" tutorial in miniature, offline: playpen-tiny writes taboo clues "
              "(`CLUE: ...`); VADER (vaderSentiment, PyPI) labels them; a reward model learns the labels; GRPO with a "
@@ -125,10 +138,10 @@ def report(args, storage: Path, times: dict, load_avg: float) -> str:
         lines.append(f"| {step} | `{command}` | {seconds:.0f} |")
     lines += ["", "## Reward model", "",
               f"{rm_eval['pairs']} preference pairs ({rm_eval['format']}s; clues of one prompt, more positive "
-              f"preferred, up to 4 per clue), {rm_eval['train_pairs']} trained on ({args.rm_steps} steps, full "
+              f"preferred, up to 4 per clue), {rm_eval['train_pairs']} trained on ({rm_steps} steps, full "
               f"weights), {rm_eval['held_out_pairs']} held out: **held-out accuracy {rm_eval['accuracy']:.3f}** "
               f"(mean margin {rm_eval['margin']:.2f}).", "",
-              "## RL against it (GRPO, beta = {:g})".format(args.beta), "",
+              f"## RL against it (GRPO, beta = {beta:g})", "",
               f"Mean learned reward, first {k} vs last {k} of {len(rows)} steps: "
               f"{statistics.mean(r['reward'] for r in first):.2f} → {statistics.mean(r['reward'] for r in last):.2f}. "
               f"KL to the base model (per token, TRL's estimate, every step in metrics.jsonl): "
@@ -166,10 +179,10 @@ def main() -> int:
         "playpen-tiny", "vader", label, args.label_samples, env, prompts=TRAIN_PROMPTS))
     times["2 reward model"] = ("train reward --config configs/reward/tiny_sentiment.yaml", playpen(
         ["train", "reward", "--config", "configs/reward/tiny_sentiment.yaml", f"storage_root={storage}",
-         f"data={label / 'playpen-tiny.labelled.jsonl'}", f"trainer.max_steps={args.rm_steps}"], env))
+         f"data={label / 'playpen-tiny.labelled.jsonl'}", *override("trainer.max_steps", args.rm_steps)], env))
     times["3 RL"] = ("train grpo --config configs/grpo/tiny_reward_model.yaml", playpen(
         ["train", "grpo", "--config", "configs/grpo/tiny_reward_model.yaml", f"storage_root={storage}",
-         f"trainer.max_steps={args.rl_steps}", f"trainer.beta={args.beta}"], env))
+         *override("trainer.max_steps", args.rl_steps), *override("trainer.beta", args.beta)], env))
     times["4a meter (VADER)"] = (f"meter playpen-tiny --compare {RL_NAME} --classifier vader", meter(
         "playpen-tiny", "vader", storage / "meter-vader", args.meter_samples, env, compare=RL_NAME))
     times["4b meter (reward model)"] = (f"meter playpen-tiny --compare {RL_NAME} --classifier {RM_NAME}", meter(
