@@ -42,6 +42,7 @@ def parse_args():
     p.add_argument("--label-samples", type=int, default=8)
     p.add_argument("--meter-samples", type=int, default=32)
     p.add_argument("--storage", type=Path, default=None, help="run folder (default: a fresh temporary one)")
+    p.add_argument("--report-only", action="store_true", help="rewrite the report from --storage's finished runs")
     return p.parse_args()
 
 
@@ -116,6 +117,33 @@ def plot(rows: list[dict], vader: Path, out: Path) -> None:
     plt.close(fig)
 
 
+def word_shift(folder: Path, top: int = 6) -> list[tuple[str, float, int, int]]:
+    """The VADER lexicon words whose use changed most between base and trained clues: (word, valence, base
+    count, trained count), most grown first."""
+    import csv
+    import re
+    from collections import Counter
+
+    from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
+
+    lexicon = SentimentIntensityAnalyzer().lexicon
+    counts = []
+    for name in ("playpen-tiny", RL_NAME):
+        with (folder / f"{name}.completions.csv").open() as f:
+            counts.append(Counter(w for r in csv.DictReader(f) for w in re.findall(r"[a-z']+", r["completion"].lower())
+                                  if w in lexicon))
+    words = sorted(set(counts[0]) | set(counts[1]), key=lambda w: counts[0][w] - counts[1][w])
+    return [(w, lexicon[w], counts[0][w], counts[1][w]) for w in words[:top]]
+
+
+def clue_format(folder: Path, name: str) -> float:
+    import csv
+
+    with (folder / f"{name}.completions.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    return sum(r["completion"].startswith("CLUE:") for r in rows) / len(rows)
+
+
 def report(args, storage: Path, times: dict, load_avg: float) -> str:
     rm_steps = config_value(storage, "tiny-sentiment-rm", "max_steps")
     rl_steps, beta = (config_value(storage, "tiny-sentiment-rl", k) for k in ("max_steps", "beta"))
@@ -161,7 +189,14 @@ def report(args, storage: Path, times: dict, load_avg: float) -> str:
                         f"{args.meter_samples} clues of a prompt as correlated)")
     z = load(vader / "comparison.json")["z_stderr"]
     met = "meets" if z > 5 else "misses"
+    shift = ", ".join(f"{w} ({v:+.1f}): {a} → {b}" for w, v, a, b in word_shift(vader))
     lines += ["", "Shift of the mean (trained − base):", "", *verdicts, "",
+              f"What changed: VADER lexicon words in the {load(vader / 'playpen-tiny.summary.json')['n']} clues, "
+              f"base → trained (valence): {shift}. The policy found the cheapest positive words its vocabulary "
+              f"already had (the reward model learned them from the labels), not fluent praise: a 1M-parameter "
+              f"model. The reply format held under the KL leash: `CLUE:` in "
+              f"{100 * clue_format(vader, 'playpen-tiny'):.1f} % → {100 * clue_format(vader, RL_NAME):.1f} % of "
+              f"the clues.", "",
               f"**Target (mean moves by > 5 standard errors, KL reported and bounded): {met} it on the independent "
               f"VADER meter ({z:+.1f} s.e.), with KL at most {max(kls):.3f} per token.**", "",
               "![reward](reward.png)", ""]
@@ -173,6 +208,10 @@ def main() -> int:
     storage = args.storage or Path(tempfile.mkdtemp(prefix="bench-reward-"))
     env = {**os.environ, "PLAYPEN_STORAGE": str(storage)}  # registered names (tiny-sentiment-rm-v1) resolve there
     load_avg = os.getloadavg()[0]
+    if args.report_only:
+        times = json.loads((storage / "times.json").read_text())
+        load_avg = times.pop("load average")
+        return write_results(args, storage, times, load_avg)
     times = {}
     label = storage / "label"
     times["1 label"] = ("meter playpen-tiny --classifier vader", meter(
@@ -187,6 +226,11 @@ def main() -> int:
         "playpen-tiny", "vader", storage / "meter-vader", args.meter_samples, env, compare=RL_NAME))
     times["4b meter (reward model)"] = (f"meter playpen-tiny --compare {RL_NAME} --classifier {RM_NAME}", meter(
         "playpen-tiny", RM_NAME, storage / "meter-rm", args.meter_samples, env, compare=RL_NAME))
+    (storage / "times.json").write_text(json.dumps({**times, "load average": load_avg}))
+    return write_results(args, storage, times, load_avg)
+
+
+def write_results(args, storage: Path, times: dict, load_avg: float) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     plot(curve(storage / "tiny-sentiment-rl" / "v1" / "metrics.jsonl"), storage / "meter-vader",
          RESULTS / "reward.png")
