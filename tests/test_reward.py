@@ -73,6 +73,14 @@ def test_reward_model_trains_reports_held_out_accuracy_and_registers(reward_run,
     assert len(scores) == 2 and all(isinstance(s, float) for s in scores)
 
 
+def test_qlora_reward_model(tmp_path, files):
+    """QLoRA like every method: the base model 8-bit, LoRA and the head trained (in bf16, as TRL keeps them)."""
+    run = train("reward", tmp_path / "runs", "experiment=rm-q", f"data={files['labelled']}", "quantization=8bit",
+                "held_out=0", "trainer.max_steps=1", "trainer.per_device_train_batch_size=4")
+    (entry,) = json.loads((run.path / "model_registry.json").read_text())
+    assert entry["model_config"]["load_in_8bit"] is True and entry["method"] == "reward"
+
+
 def test_reward_model_from_branched_game_records(tmp_path, monkeypatch):
     """Branches of one instance (RolloutEngine.branch, as DPO plays them) written as playpen-records: the reward
     recipe pairs the better and the worse episode of each instance."""

@@ -77,6 +77,10 @@ class Reward(Recipe):
 
     def load_model(self, session: Session, path: str, quantization: str | None, dtype, adapter: str | None):
         # one output: the reward. The `score` head is new (TRL's RewardTrainer loads models the same way).
+        if quantization:  # TRL keeps QLoRA's trainable weights (the head too) in bf16: compute in bf16 to match
+            import torch
+
+            dtype = torch.bfloat16
         return builders.load_model(path, quantization, dtype, peft_model=adapter, num_labels=1)
 
     def fit(self, session: Session):
