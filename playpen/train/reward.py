@@ -18,6 +18,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json
 from playpen.train import builders
@@ -31,10 +32,10 @@ class Config(TrainConfig):
     data: str | None = None             # jsonl: {chosen, rejected[, prompt]} rows or {text, label[, prompt]} rows
     records: str | None = None          # or a playpen-records / clem results folder: episodes of the same instance
     game: str | None = None             # records: only this game
-    held_out: float = 0.1               # share of pairs kept out of training for the accuracy
-    label_margin: float = 0.0           # labelled texts: prefer a text only over ones labelled lower by more
-    pairs_per_text: int = 1             # labelled texts: each text is chosen over up to N lower-labelled ones
-    max_pairs: int | None = None        # use N pairs (a seeded sample); null = all
+    held_out: float = bounded(0.1, ge=0, le=0.9, hint="the share of pairs kept out of training for the accuracy")
+    label_margin: float = bounded(0.0, ge=0)  # labelled texts: prefer a text only over ones lower by more than this
+    pairs_per_text: int = bounded(1, ge=1)  # labelled texts: each text is chosen over up to N lower-labelled ones
+    max_pairs: int | None = bounded(None, ge=2)  # use N pairs (a seeded sample); null = all
 
 
 def _pairs(cfg: Config, where: str) -> list[dict]:
@@ -60,10 +61,6 @@ class Reward(Recipe):
                                f"(a playpen-records folder)")
         if cfg.game and not cfg.records:
             raise PlaypenError(f"{where}: game selects episodes from records; remove it or set records")
-        if not 0 <= cfg.held_out < 1:
-            raise PlaypenError(f"{where}: held_out must be a share in [0, 1), got {cfg.held_out}")
-        if cfg.pairs_per_text < 1:
-            raise PlaypenError(f"{where}: pairs_per_text must be >= 1, got {cfg.pairs_per_text}")
         if (builders.resolve_model_spec(cfg.model).get("model_config") or {}).get("peft_model"):
             raise PlaypenError(f"{where}: model {cfg.model} is an adapter (peft_model); a reward model starts from "
                                f"full weights (its base model, or a merged model)")
