@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup test demo bench lock image devcluster devcluster-stop tiny clean
+.PHONY: setup quality test test-fast demo bench lock image devcluster devcluster-stop tiny clean
 
 # The venv installs requirements/cpu.txt: the exact pins of requirements/lock.txt minus CUDA-only wheels.
 # torch goes first (the local CPU wheel) so DeepSpeed's source build finds it; DS_BUILD_OPS=0 defers op builds.
@@ -26,8 +26,14 @@ setup: $(VENV)/.installed  ## venv + pinned install + the bundled models: plaype
 tiny: $(VENV)/.installed
 	$(PY) -m playpen.models.tiny --force
 
-test: setup  ## the whole suite, SLURM tests included (they start the dev cluster themselves)
+quality: $(VENV)/.installed  ## lint (ruff: pyflakes, pycodestyle, import order; config in pyproject.toml)
+	$(VENV)/bin/ruff check playpen tests bench
+
+test: setup quality  ## lint, then the whole suite, SLURM tests included (they start the dev cluster themselves)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: setup  ## the inner loop: no slow tests, no SLURM cluster
+	$(PY) -m pytest -m "not slow and not slurm" $(PYTEST_ARGS)
 
 demo: setup  ## GRPO+LoRA self-play on playpen-tiny through the same submit path a cluster user takes
 	$(PY) -m playpen.submit grpo --config configs/grpo/demo.yaml --executor local --wait
