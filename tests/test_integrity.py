@@ -346,3 +346,25 @@ def test_eval_of_a_folder_that_holds_no_model(capsys, home):
                       home / "model_registry.json")
         assert message in err, err
         assert not (home / "res").exists()
+
+
+def test_a_replay_where_no_episode_finished_keeps_the_earlier_records(dead_partner, home):
+    """`playpen eval M -g G -r DIR` replays G; if this time no episode finishes (the model's service is down),
+    the records G had in DIR stay and are scored, with a warning: nothing on disk is lost."""
+    from playpen.registry import resolve_model
+
+    tiny = {**resolve_model("playpen-tiny"), "model_name": "flaky"}
+    dead = json.loads((home / "model_registry.json").read_text())[0]
+    (home / "model_registry.json").write_text(json.dumps([tiny]))
+    first = subprocess.run([sys.executable, "-m", "playpen.cli", "eval", "flaky", "-g", "wordle", "--instances", "2",
+                            "-L", "16", "-r", "res"], capture_output=True, text=True, cwd=home, timeout=300)
+    assert first.returncode == 0, first.stderr
+    before = snapshot(home / "res" / "flaky" / "wordle")
+    (home / "model_registry.json").write_text(json.dumps([{**dead, "model_name": "flaky"}]))  # now unreachable
+    again = subprocess.run([sys.executable, "-m", "playpen.cli", "eval", "flaky", "-g", "wordle", "--instances", "2",
+                            "-L", "16", "-r", "res"], capture_output=True, text=True, cwd=home, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "no episode of wordle finished this time" in again.stderr and "earlier records" in again.stderr
+    assert snapshot(home / "res" / "flaky" / "wordle") == before
+    assert json.loads((home / "res" / "flaky.val.json").read_text())["games"]["wordle"]["episodes"] == 2
+    assert not (home / "res" / ".playing").exists()

@@ -36,6 +36,7 @@ DEFAULT_RESULTS_ROOT = "playpen-eval"
 PLAYERS = ("auto", "engine", "clemcore")
 VAL_SUFFIX = ".val.json"
 GAME_META = "playpen_eval.json"
+STAGING_DIR = ".playing"  # a game is played here; its records replace the earlier ones only if an episode finished
 
 
 def _stderr(message: str) -> None:
@@ -228,8 +229,9 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
     """Play (unless skip_gameplay), score, and write `<results_dir>/<model>.val.json` + results.csv/html.
 
     Returns the val.json dict (clemscore, statscore, games{name: played/quality/clemscore/...}, results_dir).
-    Games played now replace that game's earlier results for this model in `results_dir`; the scores are then
-    recomputed over every game of the model recorded there. `instances` caps episodes per game (round-robin over
+    Games played now replace that game's earlier results for this model in `results_dir` (unless no episode of
+    the replay finished: then the earlier records stay); the scores are then recomputed over every game of the
+    model recorded there. `instances` caps episodes per game (round-robin over
     experiments); `instance_set` is validation (default), train, or an instances file name of the game;
     `player` is auto (rollout engine for local HF models, clemcore's runner otherwise), engine or clemcore;
     `seed` seeds the rollout engine's sampling (temperature > 0: another seed plays other episodes).
@@ -269,21 +271,33 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
     with exclusive_folder(results, f"results folder {results} is in use by another playpen eval",
                           "wait for it to end, or pick another -r"), clemcore_log(results, verbose) as log_file:
         log = log or _eval_log(verbose)
+        kept = []  # games whose replay finished no episode: their earlier records stay
         if not skip_gameplay:
             runner = make_player(spec, max_tokens, temperature, batch_size, player, seed, verbose)
-            for entry, path, pairs in plan:
-                game_dir = results / folder / entry.name
-                shutil.rmtree(game_dir, ignore_errors=True)
-                game_started = time.time()
-                log(f"[eval] {spec['model_name']} plays {entry.name}: {len(pairs)} instances "
-                    f"({path.name}, {entry.path})")
-                runner.play(entry, pairs, results)
-                atomic_write_json(game_dir / GAME_META, {
-                    "game": entry.name, "game_path": str(entry.path), "source": entry.source,
-                    "static": entry.static,
-                    "instances_file": str(path), "instances": len(pairs), "instance_set": instance_set,
-                    "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
-                    "player": type(runner).__name__, "seconds": round(time.time() - game_started, 1)})
+            staging = results / STAGING_DIR
+            try:
+                for entry, path, pairs in plan:
+                    shutil.rmtree(staging, ignore_errors=True)
+                    game_started = time.time()
+                    log(f"[eval] {spec['model_name']} plays {entry.name}: {len(pairs)} instances "
+                        f"({path.name}, {entry.path})")
+                    runner.play(entry, pairs, staging)
+                    staged = staging / folder / entry.name
+                    atomic_write_json(staged / GAME_META, {
+                        "game": entry.name, "game_path": str(entry.path), "source": entry.source,
+                        "static": entry.static,
+                        "instances_file": str(path), "instances": len(pairs), "instance_set": instance_set,
+                        "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
+                        "player": type(runner).__name__, "seconds": round(time.time() - game_started, 1)})
+                    game_dir = results / folder / entry.name
+                    if score_game(entry, staged, verbose) or not game_dir.exists():
+                        shutil.rmtree(game_dir, ignore_errors=True)  # the new records replace the old ones
+                        game_dir.parent.mkdir(parents=True, exist_ok=True)
+                        staged.rename(game_dir)
+                    else:
+                        kept.append(entry.name)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
         empty = []
         for entry in entries:
             scored = score_game(entry, results / folder / entry.name, verbose)
@@ -293,6 +307,9 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
         if len(empty) == len(entries):  # nothing to score: a val.json or tables now would only mislead
             # why each episode broke is in clemcore's log, where the rollout engine's warnings go too
             raise PlaypenError(f"no episode of {', '.join(empty)} finished; see {log_file}")
+        if kept:
+            _stderr(f"[eval] WARNING: no episode of {', '.join(kept)} finished this time (see {log_file}); their "
+                    f"earlier records in {results} were kept and are scored")
         if empty:  # clemcore's tables leave such a game out, and so do the scores: say it loudly
             _stderr(f"[eval] WARNING: no episode of {', '.join(empty)} finished (see {log_file}); "
                     f"these games are missing from clemscore/statscore")

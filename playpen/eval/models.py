@@ -28,8 +28,11 @@ def base_spec_for(ckpt: Path) -> dict:
     base = json.loads(adapter_config.read_text()).get("base_model_name_or_path") if adapter_config.is_file() else None
     if base:
         for entry in model_entries():
-            spec = resolve_model(entry.name) if entry.spec.get("huggingface_id") else None
-            if spec and (spec["huggingface_id"] == base or Path(spec["huggingface_id"]) == Path(base)):
+            # a trained adapter registered on the same base weights is not the base model itself
+            if not entry.spec.get("huggingface_id") or (entry.spec.get("model_config") or {}).get("peft_model"):
+                continue
+            spec = resolve_model(entry.name)
+            if spec["huggingface_id"] == base or Path(spec["huggingface_id"]) == Path(base):
                 return spec
         return {"model_name": Path(base).name, "backend": "huggingface_local", "huggingface_id": base,
                 "model_config": {}}
