@@ -230,3 +230,15 @@ def test_bad_input_is_one_line_before_anything_is_written(capsys, tmp_path, file
     ]
     for argv, message in cases:
         assert message in fails(capsys, storage, argv), argv
+
+
+def test_meter_command_is_light_at_import():
+    """`playpen meter` parses its arguments without torch, transformers or TRL (they load when it runs)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, argparse; from playpen.cli import build_parser_for; "
+            "build_parser_for(['meter']).parse_args(['meter', 'm', '--classifier', 'c', '--prompts', 'p']); "
+            "print(sorted(m for m in ('torch', 'transformers', 'trl', 'vaderSentiment') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
