@@ -8,7 +8,8 @@ in/instances.json = validation, in/instances_train.json = train) that `clem run`
 
 Which game a name means (built-ins, or a registered clembench's game of the same name) is playpen.games.registry's
 question, and which instances a split means is playpen.games.instances'. This module offers the built-ins'
-own helpers: their folders and specs, their benchmark and instances as clemcore objects, programmatic expert players (`expert_model`, `expert_player`), `play_episode`, and `demonstrations()`, the expert transcripts
+own helpers: their folders and specs, their benchmark and instances as clemcore objects, programmatic expert players
+(`expert_model`, `expert_player`), `play_episode`, and `demonstrations()`, the expert transcripts
 the tiny model is built from. clemcore is imported lazily: it takes seconds (gradio via openenv).
 """
 from __future__ import annotations
