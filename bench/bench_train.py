@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -217,7 +216,7 @@ def bench_rss(args, tmp: Path) -> dict:
                                str(data), str(tmp / f"runs-{mode}"), mode], capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(proc.stderr[-3000:])
-        line = [l for l in proc.stdout.splitlines() if l.startswith("{")][-1]
+        line = [row for row in proc.stdout.splitlines() if row.startswith("{")][-1]
         out[mode] = json.loads(line)["peak_rss_mb"]
         out[f"{mode}_imports"] = json.loads(line)["imports_rss_mb"]
         out[f"{mode}_seconds"] = time.perf_counter() - started

@@ -6,7 +6,8 @@
     playpen eval MODEL [-g GAME ...] [-r RESULTS_DIR] [--skip_gameplay]
     playpen data RESULTS_DIR -o dataset.jsonl [--game G] [--outcome success] [--model M]
     playpen meter MODEL --classifier C --prompts FILE [-n K] [--label L] [--compare OTHER]
-    playpen submit {sft,dpo,grpo,eval,sweep} [--config ...] [--nodes N] [--dry-run] [--wait]   (= python -m playpen.submit)
+    playpen submit {sft,dpo,grpo,eval,sweep} [--config ...] [--nodes N] [--dry-run] [--wait]
+                                                                        (= python -m playpen.submit)
     playpen status|logs RUN_DIR          playpen sweep [--config SWEEP.yaml]         playpen demo [--config ...]
     playpen build-tiny [--force]
 """

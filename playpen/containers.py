@@ -2,9 +2,10 @@
 
 requirements/lock.txt is the single source of versions. From it this module renders
 containers/playpen.def (CUDA) and containers/playpen-cpu.def out of containers/playpen.def.in, plus
-requirements/cpu.txt (the lock minus CUDA-only wheels, which the local venv installs) and requirements/no-deps.txt
-(wheels installed without their dependencies: the packages requirements/no-deps.in names, pinned in the lock). `check` proves the
-committed files are exactly what the lock renders to, so a version can never differ between venv and image.
+requirements/cpu.txt (the lock minus CUDA-only wheels, which the local venv installs) and
+requirements/no-deps.txt (wheels installed without their dependencies: the packages requirements/no-deps.in
+names, pinned in the lock). `check` proves the committed files are exactly what the lock renders to, so a
+version can never differ between venv and image.
 Defs are parsed with our own small parser (spython's round trip is lossy) and every `pip install` in %post
 must be `name==version` equal to the lock.
 
@@ -297,7 +298,8 @@ def outputs(root: Path = REPO) -> dict[str, str]:
     pins, no_deps = read_lock(root / LOCK).view("cpu"), no_deps_names(root)
     generated = f"# GENERATED from {LOCK} by `python -m playpen.containers render` (make lock): do not edit."
     cpu_view = [generated,
-                "# The lock minus CUDA-only wheels (nvidia-*, cuda-*, triton); torch==X resolves to the CPU build here.",
+                "# The lock minus CUDA-only wheels (nvidia-*, cuda-*, triton); torch==X resolves to the CPU build "
+                "here.",
                 f"# Also minus {NO_DEPS_VIEW} (installed with --no-deps, which a requirements line cannot say).",
                 *(f"{n}=={v}" for n, v in pins.items() if n not in no_deps)]
     no_deps_view = [generated, f"# The lock's pins of the packages {NO_DEPS_IN} names: install with "

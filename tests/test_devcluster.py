@@ -13,7 +13,7 @@ import cloudpickle
 import pytest
 import submitit
 
-from tests.devcluster import DEFAULT_PARTITION, NODES, URGENT_PARTITION, devcluster, wait_until  # noqa: F401
+from tests.devcluster import DEFAULT_PARTITION, NODES, URGENT_PARTITION, wait_until  # (fixture: conftest)
 
 pytestmark = pytest.mark.slurm
 

@@ -3,7 +3,6 @@ game in a reused results dir, rescoring only, checkpoints as models, and one-lin
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -174,7 +173,8 @@ def test_eval_screen_shows_the_table_and_the_log_goes_to_the_results(tiny, tmp_p
     for noise in ("clemcore.run - INFO", "Loading weights", "Scoring episodes", "Batch sizes", "[eval]"):
         assert noise not in quiet.stderr + quiet.stdout, noise
     log = (tmp_path / "q" / "clembench.log").read_text()
-    assert "clemcore.run - INFO - Loading game benchmark for wordle" in log and "[eval] wordle: 2 episodes scored" in log
+    assert "clemcore.run - INFO - Loading game benchmark for wordle" in log
+    assert "[eval] wordle: 2 episodes scored" in log
     loud = subprocess.run([*argv, "-r", str(tmp_path / "v"), "-v"], capture_output=True, text=True, cwd=tmp_path,
                           timeout=240)
     assert loud.returncode == 0 and "clemcore.run - INFO" in loud.stdout + loud.stderr

@@ -143,9 +143,9 @@ def test_cli_lists_models_with_sources(tmp_path):
     out = playpen("list", "models", "-v", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert any(l.startswith("playpen-tiny") and "packaged" in l for l in lines)
-    assert any(l.startswith("llama3-8b") and str(tmp_path / "model_registry.json") in l for l in lines)
-    assert any(l.startswith("llama3-8b") and "shadowed" in l for l in lines)
+    assert any(row.startswith("playpen-tiny") and "packaged" in row for row in lines)
+    assert any(row.startswith("llama3-8b") and str(tmp_path / "model_registry.json") in row for row in lines)
+    assert any(row.startswith("llama3-8b") and "shadowed" in row for row in lines)
 
 
 def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path):

@@ -190,7 +190,7 @@ class Holder:
 def test_exclusive_folder_admits_one_holder_at_a_time(tmp_path):
     folder = tmp_path / "results"
     with exclusive_folder(folder, "folder in use", "wait"):
-        with pytest.raises(PlaypenError, match=rf"^folder in use \(pid \d+ on \S+\); wait$"):
+        with pytest.raises(PlaypenError, match=r"^folder in use \(pid \d+ on \S+\); wait$"):
             with exclusive_folder(folder, "folder in use", "wait"):
                 pass
     with pytest.raises(RuntimeError):  # an error inside the block releases the folder too

@@ -69,7 +69,8 @@ def test_list_models_says_what_smol_135m_loads_here(no_hub_cache):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("smol-135m "))
-    assert f"{HUB_ID} when it is in the local Hugging Face cache, else {SMOL_MODEL}; here: {SMOL_MODEL}" in lines[at + 1]
+    says = f"{HUB_ID} when it is in the local Hugging Face cache, else {SMOL_MODEL}; here: {SMOL_MODEL}"
+    assert says in lines[at + 1]
     at = next(i for i, line in enumerate(lines) if line.startswith(f"{SMOL_MODEL} "))
     assert "packaged weights" in lines[at + 1] and f"models/{SMOL_MODEL}" in lines[at + 1]
 

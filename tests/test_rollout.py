@@ -164,8 +164,8 @@ def test_kept_template_suffixes_equal_full_renders(tiny, shout):
     model, tokenizer = tiny
     if shout:
         tokenizer = copy.deepcopy(tokenizer)
-        tokenizer.chat_template = tokenizer.chat_template.replace("message['content'] + '<|im_end|>' }}{%- endif",
-                                                                  "message['content'] | upper + '<|im_end|>' }}{%- endif")
+        tokenizer.chat_template = tokenizer.chat_template.replace(
+            "message['content'] + '<|im_end|>' }}{%- endif", "message['content'] | upper + '<|im_end|>' }}{%- endif")
     fresh, kept = LocalPolicy(model, tokenizer), LocalPolicy(model, tokenizer)
     conversation = [{"role": "user", "content": "Guess a word."}, {"role": "assistant", "content": "GUESS: crane"}]
     nexts = ["feedback: c<red> r<red>", "  padded feedback\n", "feedback: a<green>", "", None]
@@ -175,7 +175,8 @@ def test_kept_template_suffixes_equal_full_renders(tiny, shout):
             for stopped in (True, False):
                 expected = fresh._render_suffix(conversation, message, stopped)
                 assert kept.suffix_after_reply(conversation, message, stopped) == expected
-        conversation += [{"role": "user", "content": f"feedback {turn}"}, {"role": "assistant", "content": "GUESS: slate"}]
+        conversation += [{"role": "user", "content": f"feedback {turn}"},
+                         {"role": "assistant", "content": "GUESS: slate"}]
     with_text = [v for (roles, next_role, stopped), v in kept._suffixes.items() if next_role is not None]
     assert with_text and all(v is None for v in with_text) if shout else all(kept._suffixes.values())
 

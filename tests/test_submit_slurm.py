@@ -80,7 +80,8 @@ def launched(devcluster, tmp_path_factory):  # noqa: F811
     runs = {
         "preempted": Launched(tmp / "preempted.out", "grpo", "--config", str(config), "--cluster", "devcluster",
                               "run_id=preempted"),
-        "reference": Launched(tmp / "reference.out", "grpo", "--config", str(config), "--cluster", "devcluster", "--wait"),
+        "reference": Launched(tmp / "reference.out", "grpo", "--config", str(config), "--cluster", "devcluster",
+                              "--wait"),
         "ddp": Launched(tmp / "ddp.out", "sft", "--config", str(sft), "--cluster", "devcluster",
                         "--nodes", "2", "--wait"),
     }

@@ -127,7 +127,8 @@ def make_run(root: Path, tiny: Path, steps: list[int], registry: bool) -> Path:
         model.save_pretrained(run / "checkpoints" / f"checkpoint-{step}")
     if registry:
         spec = {**resolve_model("playpen-tiny"), "model_name": "grpo-tiny-run1"}
-        spec["model_config"] = {**spec["model_config"], "peft_model": str(run / "checkpoints" / f"checkpoint-{steps[-1]}")}
+        last = run / "checkpoints" / f"checkpoint-{steps[-1]}"
+        spec["model_config"] = {**spec["model_config"], "peft_model": str(last)}
         (run / "model_registry.json").write_text(json.dumps([spec]))
     return run
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import pytest
 
 from playpen.models.tiny import build, ensure_tiny_model
 from playpen.registry import resolve_model

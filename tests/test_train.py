@@ -32,7 +32,8 @@ def data(tmp_path_factory) -> dict:
     with prefs.open("w") as f:
         for i in range(16):
             prompt = [{"role": "user", "content": "Guess a five-letter word. Reply only with: GUESS: <word>"}]
-            f.write(json.dumps({"prompt": prompt, "chosen": [{"role": "assistant", "content": f"GUESS: {WORDS[i % 8]}"}],
+            chosen = [{"role": "assistant", "content": f"GUESS: {WORDS[i % 8]}"}]
+            f.write(json.dumps({"prompt": prompt, "chosen": chosen,
                                 "rejected": [{"role": "assistant", "content": "maybe a word"}]}) + "\n")
     return {"sft": str(sft), "prefs": str(prefs)}
 

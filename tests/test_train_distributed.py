@@ -26,8 +26,8 @@ def free_port() -> int:
 def torchrun(tmp_path: Path, *args: str, timeout: int = 400) -> subprocess.CompletedProcess:
     torchrun_bin = Path(sys.executable).with_name("torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    cmd = [str(torchrun_bin), "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "playpen.cli", "train", *args,
-           f"storage_root={tmp_path / 'runs'}"]
+    cmd = [str(torchrun_bin), "--nproc_per_node", "2", "--master_port", str(free_port()), "-m", "playpen.cli",
+           "train", *args, f"storage_root={tmp_path / 'runs'}"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return proc
