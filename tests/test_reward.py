@@ -194,6 +194,9 @@ def meter_args(files, storage, *extra) -> list[str]:
             *extra]
 
 
+TIE = {"text": "a", "label": 1}
+
+
 def test_bad_input_is_one_line_before_anything_is_written(capsys, tmp_path, files, classifiers):
     storage = tmp_path / "out"
     bad = files["folder"]
@@ -224,7 +227,7 @@ def test_bad_input_is_one_line_before_anything_is_written(capsys, tmp_path, file
           f"storage_root={storage}"], "incompatible tokenizer"),
         (["train", "grpo", "experiment=x", f"prompts={bad / 'broken.jsonl'}", "reward_model=vader",
           f"storage_root={storage}"], "broken.jsonl:2: malformed JSON"),
-        (["train", "reward", "experiment=x", f"data={write_jsonl(bad / 'ties.jsonl', [{'text': 'a', 'label': 1}, {'text': 'b', 'label': 1}])}",
+        (["train", "reward", "experiment=x", f"data={write_jsonl(bad / 'ties.jsonl', [TIE, TIE])}",
           f"storage_root={storage}"], "no two texts for the same prompt differ in label"),
         (["train", "reward", "experiment=x", f"storage_root={storage}"], "set exactly one of data"),
     ]
