@@ -27,7 +27,7 @@ from playpen.submit import executor as exe
 from playpen.submit import jobs, status
 from playpen.submit.profiles import ClusterProfile, load_profile, with_container
 
-TRAIN_METHODS = ("sft", "dpo", "grpo")
+TRAIN_METHODS = ("sft", "dpo", "grpo", "reward")
 SUBMIT_COMMANDS = (*TRAIN_METHODS, "eval", "sweep")
 POLL_S = 1.0
 PROGRESS_EVERY_S = 10.0  # a progress line at most this often while waiting
@@ -36,14 +36,15 @@ PROGRESS_EVERY_S = 10.0  # a progress line at most this often while waiting
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 # with no --config: the embedded default of each command, on playpen-tiny (the demo's GRPO config for grpo)
 DEFAULT_CONFIGS = {"sft": "sft/tiny_lora.yaml", "dpo": "dpo/tiny_rollouts.yaml", "grpo": "grpo/demo.yaml",
-                   "eval": "eval/tiny.yaml", "sweep": "sweeps/tiny.yaml"}
+                   "reward": "reward/tiny_sentiment.yaml", "eval": "eval/tiny.yaml", "sweep": "sweeps/tiny.yaml"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`playpen submit COMMAND ...` (also `python -m playpen.submit COMMAND ...`)."""
     commands = parser.add_subparsers(dest="submit_command", required=True, metavar="COMMAND")
     helps = {"sft": "supervised fine-tuning", "dpo": "direct preference optimisation",
-             "grpo": "GRPO on games", "eval": "play and score games with a model",
+             "grpo": "GRPO on games", "reward": "a reward model on preference pairs",
+             "eval": "play and score games with a model",
              "sweep": "an eval sweep as one job array"}
     for name in SUBMIT_COMMANDS:
         p = commands.add_parser(name, help=helps[name])
