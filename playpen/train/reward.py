@@ -52,6 +52,7 @@ def _pairs(cfg: Config, where: str) -> list[dict]:
 
 class Reward(Recipe):
     name = "reward"
+    next_step = "reward_model: {name} in a GRPO config, or playpen meter MODEL --classifier {name}"
     Config = Config
     trl_config = "RewardConfig"
 

@@ -73,6 +73,7 @@ class Recipe:
     name = ""
     Config: type = TrainConfig
     trl_config = ""  # class name in trl
+    next_step = "playpen eval {name}"  # what to do with the registered model ({name}); None: nothing to say
 
     def check(self, cfg, where: str) -> None:
         """Validate the method's own inputs (files, game, teacher); must not write anything."""
@@ -450,7 +451,8 @@ def _finish(session: Session, trainer) -> None:
         register_model(spec, run.path / REGISTRY_FILE)
         name = spec["model_name"]
         print(f"[playpen] registered model {name} in {run.path / REGISTRY_FILE}")
-        print(f"[playpen] evaluate it with: playpen eval {name}")
+        if session.recipe.next_step:
+            print(f"[playpen] next: {session.recipe.next_step.format(name=name)}")
     # last: a rerun of the same command finds the run complete only once everything above is on disk
     atomic_write_json(run.path / FINISHED_FILE, {"global_step": session.recipe.final_step(session, trainer),
                                                  "final": str(final_dir), "model_name": name})
