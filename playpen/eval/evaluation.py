@@ -128,19 +128,14 @@ class EnginePlayer(ClemcorePlayer):
 
 def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int, player: str = "auto",
                 seed: int = 0, verbose: bool = False):
-    """The rollout engine for local Hugging Face models (when playpen.rollout is installed), clemcore's runner
-    for everything else; `player` forces one."""
+    """The rollout engine for local Hugging Face models, clemcore's runner for everything else; `player` forces
+    one."""
     if player not in PLAYERS:
         raise PlaypenError(f"unknown player '{player}'; choose one of {', '.join(PLAYERS)}")
     local = spec.get("backend") == "huggingface_local" and not spec.get("model_config", {}).get("multimodal")
     if player == "engine" and not local:
         raise PlaypenError(f"the rollout engine plays local Hugging Face models only; {spec['model_name']} uses "
                            f"backend {spec.get('backend')} (use --player clemcore)")
-    if player == "auto":
-        try:
-            import playpen.rollout.engine  # noqa: F401
-        except ImportError:
-            local = False
     if player == "engine" or (player == "auto" and local):
         return EnginePlayer(spec, max_tokens, temperature, batch_size, seed, verbose)
     return ClemcorePlayer(spec, max_tokens, temperature, batch_size, seed, verbose)

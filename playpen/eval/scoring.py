@@ -132,11 +132,6 @@ def aggregate_score(summaries: Iterable[GameSummary]) -> dict | None:
     return {"score": score, "played": played, "quality": quality, "games": [s.game for s in summaries]}
 
 
-def clemscore(summaries: Iterable[GameSummary]) -> float | None:
-    agg = aggregate_score(summaries)
-    return None if agg is None else agg["score"]
-
-
 def val_scores(summaries: dict[str, GameSummary], static_games: Iterable[str]) -> dict:
     """The body of `<model>.val.json`: clemscore over dialogue games, statscore over static games, per game."""
     static = set(static_games)
