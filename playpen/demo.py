@@ -23,10 +23,10 @@ PLOT_FILE = "demo_eval.png"
 
 def run_dir_for(method: str, config: str, overrides: list[str]) -> tuple[RunDir, object]:
     from playpen.config import load_config
-    from playpen.train.runner import default_run_id, load_recipe
+    from playpen.train.runner import load_recipe, run_id_of
 
     cfg = load_config(load_recipe(method).Config, config, overrides)
-    run = RunDir.for_experiment(cfg.storage_root, cfg.experiment, cfg.run_id or default_run_id(method, cfg))
+    run = RunDir.for_experiment(cfg.storage_root, cfg.experiment, run_id_of(method, cfg))
     if not (run.path / "model_registry.json").is_file():
         raise PlaypenError(f"{run.path} has no trained model yet; run "
                            f"`python -m playpen.submit {method} --config {config} --wait` first")

@@ -194,12 +194,12 @@ def send(args: argparse.Namespace, kind: str, profile: ClusterProfile, res: exe.
 def plan_train(args: argparse.Namespace, profile: ClusterProfile, config: str, res: exe.Resources) -> Plan:
     """The trainer's own config class checks keys and types now; the run id is pinned so the job, its
     requeues and a resubmission of the same command all use one run dir (the trainer's default id)."""
-    from playpen.train.runner import check_config, default_run_id, load_recipe
+    from playpen.train.runner import check_config, load_recipe, run_id_of
 
     recipe = load_recipe(args.command)
     cfg = load_config(recipe.Config, config, list(args.overrides))
     check_config(recipe, cfg, config)  # trainer values, key.json: refused now, not after the job started
-    run_id = cfg.run_id or default_run_id(args.command, cfg)
+    run_id = run_id_of(args.command, cfg)
     root = storage_root_for(profile, cfg.storage_root, check=not args.dry_run)
     run_dir = RunDir.for_experiment(root, cfg.experiment, run_id).path if not args.dry_run else \
         root / cfg.experiment / run_id

@@ -166,6 +166,12 @@ class Session:
         distributed.barrier()
 
 
+def run_id_of(method: str, cfg) -> str:
+    """A run's identity: `run_id=` when given, else the method and a hash of the resolved config, so the same
+    command (here, in a job, after a requeue, in `make demo`'s evaluation) always finds the same run folder."""
+    return cfg.run_id or default_run_id(method, cfg)
+
+
 def default_run_id(method: str, cfg) -> str:
     data = to_dict(cfg)
     for key in ("run_id", "storage_root", "allow_config_change"):  # (cpu_threads stays: existing ids keep)
@@ -230,7 +236,7 @@ def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
     builders.check_quantization(cfg.quantization)
     spec = builders.resolve_model_spec(cfg.model)
     recipe.check(cfg, where)
-    run_dir = RunDir.for_experiment(cfg.storage_root, cfg.experiment, cfg.run_id or default_run_id(method, cfg))
+    run_dir = RunDir.for_experiment(cfg.storage_root, cfg.experiment, run_id_of(method, cfg))
     changes = config_changes(run_dir, method, cfg)
     if finished := finished_run(recipe, cfg, run_dir):
         if distributed.dist_info()[0] == 0:
