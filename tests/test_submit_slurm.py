@@ -23,7 +23,10 @@ pytestmark = pytest.mark.slurm
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # jobs unpickle this module's classes by value
 
 
-def write_grpo_config(tmp_path: Path, steps: int = 4) -> Path:
+GRPO_STEPS = 8  # a tiny step takes ~1 s on a quiet machine: enough steps left to preempt after the first checkpoint
+
+
+def write_grpo_config(tmp_path: Path, steps: int = GRPO_STEPS) -> Path:
     """GRPO+LoRA self-play on playpen-tiny: 2 arithmetic instances × group of 2 per step, a checkpoint per step."""
     config = tmp_path / "grpo.yaml"
     config.write_text(f"experiment: submit-grpo\ngame: arithmetic\ninstances: 8\ngroup_size: 2\n"
@@ -77,13 +80,13 @@ def launched(devcluster, tmp_path_factory):  # noqa: F811
     config = write_grpo_config(tmp)
     (tmp / "ddp").mkdir()
     sft = write_sft_config(tmp / "ddp", steps=DDP["steps"], save_steps=3, rows=DDP["rows"])
-    runs = {
-        "preempted": Launched(tmp / "preempted.out", "grpo", "--config", str(config), "--cluster", "devcluster",
-                              "run_id=preempted"),
+    runs = {  # the run to preempt goes last, so its test starts watching it right after it is submitted
         "reference": Launched(tmp / "reference.out", "grpo", "--config", str(config), "--cluster", "devcluster",
                               "--wait"),
         "ddp": Launched(tmp / "ddp.out", "sft", "--config", str(sft), "--cluster", "devcluster",
                         "--nodes", "2", "--wait"),
+        "preempted": Launched(tmp / "preempted.out", "grpo", "--config", str(config), "--cluster", "devcluster",
+                              "run_id=preempted"),
     }
     yield runs
     for run in runs.values():
@@ -125,8 +128,8 @@ def test_one_node_grpo_job_leaves_checkpoints_records_metrics(launched):
     assert "/logs/submitit/" in printed(out, "logs") and printed(out, "follow").startswith("tail -f ")
     assert f"job {run.job_id} finished: {{'run_dir': '{run.run_dir}'" in out
     summary = run_summary(run.run_dir)
-    assert summary["steps"] == [1, 2, 3, 4] and summary["global_step"] == 4
-    assert list(summary["episodes"]) == [f"step_{i:05d}" for i in range(4)]
+    assert summary["steps"] == list(range(1, GRPO_STEPS + 1)) and summary["global_step"] == GRPO_STEPS
+    assert list(summary["episodes"]) == [f"step_{i:05d}" for i in range(GRPO_STEPS)]
     assert set(summary["episodes"].values()) == {4}  # 2 instances × group_size 2
     assert (run.run_dir / "final" / "adapter_config.json").is_file()
     assert (run.run_dir / "model_registry.json").is_file()
