@@ -201,6 +201,20 @@ def test_branched_rounds_give_judge_preference_pairs(tiny):
         assert pair["chosen"][0]["role"] == "assistant" and pair["chosen"] != pair["rejected"]
 
 
+def test_branches_meet_the_same_pinned_opponent(tiny):
+    """The engine copies the game before the learner's reply; the pinned expert opponent (which slips half the
+    time on the train split) must make the same moves in every branch, or pairs would reward its luck."""
+    from playpen.games.instances import load_instances
+
+    rows = load_instances("debate", "train", experiment="simultaneous_1_round")[:4]
+    episodes = engine(tiny, temperature=1.0).branch("debate", rows, branch_factor=3)
+    by_root = {}
+    for episode in episodes:
+        said = [e["action"]["content"] for t in episode.interactions["turns"] for e in t if e["from"] == "Player 2"]
+        by_root.setdefault(episode.branch.root, set()).add(tuple(said))
+    assert len(by_root) == 4 and all(len(variants) == 1 for variants in by_root.values())
+
+
 def test_one_iterative_dpo_round_on_judge_preferences(tmp_path, monkeypatch):
     from playpen.storage import read_jsonl
     from playpen.train import train

@@ -84,7 +84,7 @@ def plot(curve: dict, out: Path) -> Path:
     axes[0].plot(range(len(held)), [h["win_rate"] for h in held], marker="o", label="win rate (judge picks A)")
     axes[0].plot(range(len(held)), [h["judge_probability"] for h in held], marker=".", linestyle="--",
                  label="judge's probability for A")
-    axes[0].set_xticks(range(len(held)), [h["policy"].replace("after ", "") for h in held], fontsize=8)
+    axes[0].set_xticks(range(len(held)), [h["policy"] for h in held], fontsize=8)
     axes[0].set_ylim(0, 1)
     axes[0].set_title(f"held out ({held[0]['episodes'] if held else 0} validation debates)", fontsize=9)
     rounds = curve["rounds"]

@@ -8,6 +8,7 @@ player_1_side}.
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from clemcore.clemgame import ParseError
@@ -26,7 +27,18 @@ class Turn:
 
 
 class Advocate(ExpertPlayer):
-    """A debater or consultant. Expert policy: `protocol.advocate_speech` on its own prompt."""
+    """A debater or consultant. Expert policy: `protocol.advocate_speech` on its own prompt.
+
+    Its random stream is drawn when the player is made, not at its first move: clemcore's Player deep copy keeps
+    the model object shared, so a stream drawn later from the model would differ between the branches of a
+    branched episode (the engine copies the game before the learner's reply), and a pinned expert opponent would
+    play differently in each branch: preference pairs would then reward the learner for the opponent's luck."""
+
+    def __init__(self, model, *, game_role: str | None = None):
+        super().__init__(model, game_role=game_role)
+        model_rng = getattr(model, "rng", None)
+        if model_rng is not None:
+            self._expert_rng = random.Random(model_rng.random())
 
     def expert_response(self, messages, rng, skill):
         prompt = messages[0]["content"]
