@@ -285,3 +285,19 @@ def test_job_runs_behind_the_container_exec_line(tmp_path, monkeypatch):
 def test_train_job_pins_the_run_id():
     job = jobs.TrainJob("sft", "c.yaml", ["run_id=old", "x=1"], "r1", "/nonexistent", max_requeues=1)
     assert job.overrides == ["x=1", "run_id=r1"] and job.requeues == 0
+
+
+@pytest.mark.slow
+def test_meter_runs_as_a_job(tmp_path):
+    """`playpen meter` as a submitted job: the YAML's keys are meter's own flags (checked by its parser before
+    anything is submitted), the results land under <storage_root>/meter/."""
+    proc = run_cli("meter", "--executor", "local", "--wait", f"storage_root={tmp_path / 'runs'}", "samples=2",
+                   "limit=3", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    folder = Path(printed(proc.stdout, "meter dir"))
+    summary = json.loads((folder / "playpen-tiny.summary.json").read_text())
+    assert folder.parent == tmp_path / "runs" / "meter" and summary["n"] == 6 and summary["samples_per_prompt"] == 2
+    assert (folder / "histogram.png").is_file() and "finished: {'results_dir': " in proc.stdout
+    bad = run_cli("meter", "--executor", "local", f"storage_root={tmp_path / 'runs'}", "sampels=2", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("playpen: error: ")
+    assert "unknown key 'sampels'" in bad.stderr and len(list((tmp_path / "runs" / "meter").iterdir())) == 1

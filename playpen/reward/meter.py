@@ -231,6 +231,28 @@ def meter(args: argparse.Namespace) -> Path:
     return folder
 
 
+def parse_config(config: dict, where: str) -> argparse.Namespace:
+    """`playpen meter`'s arguments from a YAML mapping whose keys are its flags' names (model, classifier, prompts,
+    samples, max_new_tokens, ...): the job's settings are the command's own, checked by the same parser."""
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise PlaypenError(f"{where}: {message}")
+
+    parser = Parser(prog="playpen meter", add_help=False)
+    add_arguments(parser)
+    flags = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings}
+    if not config.get("model"):
+        raise PlaypenError(f"{where}: missing required key model (the generator to meter)")
+    argv = [str(config["model"])]
+    for key, value in config.items():
+        if key == "model" or value is None:
+            continue
+        if key not in flags:
+            raise PlaypenError(f"{where}: unknown key '{key}'; playpen meter's keys: model, {', '.join(flags)}")
+        argv += [flags[key], str(value)]
+    return parser.parse_args(argv)
+
+
 def main(args: argparse.Namespace) -> int:
     meter(args)
     return 0

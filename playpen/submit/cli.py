@@ -28,7 +28,7 @@ from playpen.submit import jobs, status
 from playpen.submit.profiles import ClusterProfile, load_profile, with_container
 
 TRAIN_METHODS = ("sft", "dpo", "grpo", "reward")
-SUBMIT_COMMANDS = (*TRAIN_METHODS, "eval", "sweep")
+SUBMIT_COMMANDS = (*TRAIN_METHODS, "eval", "meter", "sweep")
 POLL_S = 1.0
 PROGRESS_EVERY_S = 10.0  # a progress line at most this often while waiting
 
@@ -36,7 +36,8 @@ PROGRESS_EVERY_S = 10.0  # a progress line at most this often while waiting
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 # with no --config: the embedded default of each command, on playpen-tiny (the demo's GRPO config for grpo)
 DEFAULT_CONFIGS = {"sft": "sft/tiny_lora.yaml", "dpo": "dpo/tiny_rollouts.yaml", "grpo": "grpo/demo.yaml",
-                   "reward": "reward/tiny_sentiment.yaml", "eval": "eval/tiny.yaml", "sweep": "sweeps/tiny.yaml"}
+                   "reward": "reward/tiny_sentiment.yaml", "eval": "eval/tiny.yaml", "meter": "meter/tiny_vader.yaml",
+                   "sweep": "sweeps/tiny.yaml"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     commands = parser.add_subparsers(dest="submit_command", required=True, metavar="COMMAND")
     helps = {"sft": "supervised fine-tuning", "dpo": "direct preference optimisation",
              "grpo": "GRPO on games", "reward": "a reward model on preference pairs",
-             "eval": "play and score games with a model",
+             "eval": "play and score games with a model", "meter": "score a model's generations with a classifier",
              "sweep": "an eval sweep as one job array"}
     for name in SUBMIT_COMMANDS:
         p = commands.add_parser(name, help=helps[name])
@@ -136,6 +137,8 @@ def submit(args: argparse.Namespace) -> int:
         plan = plan_train(args, profile, config, res)
     elif args.command == "eval":
         plan = plan_eval(args, profile, config, res)
+    elif args.command == "meter":
+        plan = plan_meter(args, profile, config, res)
     else:
         plan = plan_sweep(args, profile, config, res, kind)
         if plan is None:
@@ -219,6 +222,29 @@ def plan_eval(args: argparse.Namespace, profile: ClusterProfile, config: str, re
     job = jobs.EvalJob(spec, str(results), str(status.log_dir(results)), profile.max_requeues,
                        use_gpus=res.gpus_per_node > 0)
     return Plan("eval", results, root, job)
+
+
+def plan_meter(args: argparse.Namespace, profile: ClusterProfile, config: str, res: exe.Resources) -> Plan:
+    """`playpen meter` with the YAML's keys as its flags; checked now by the command's own parser and checks."""
+    from playpen.config import load_yaml, merge, parse_overrides
+    from playpen.reward.meter import _check, parse_config
+
+    if res.nodes > 1:
+        raise PlaypenError("meter runs on one node; drop --nodes")
+    settings = merge(load_yaml(config), parse_overrides(list(args.overrides)))
+    root = storage_root_for(profile, settings.pop("storage_root", None), check=not args.dry_run)
+    prompts = Path(str(settings.get("prompts", ""))).expanduser()
+    for candidate in (prompts, CONFIGS.parent / prompts):  # here, else the checkout's (as deepspeed: files)
+        if settings.get("prompts") and candidate.is_file():
+            settings["prompts"] = str(candidate.absolute())  # the job may start elsewhere
+            break
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in Path(str(settings.get("model", ""))).name)
+    settings["output"] = str(Path(settings["output"]).expanduser().absolute()) if settings.get("output") else \
+        str(root / "meter" / f"{safe}-{time.strftime('%Y%m%d-%H%M%S')}")
+    _check(parse_config(settings, config))  # prompts, models and the classifier: before anything is submitted
+    job = jobs.MeterJob(settings, str(status.log_dir(Path(settings["output"]))), profile.max_requeues,
+                        use_gpus=res.gpus_per_node > 0)
+    return Plan("meter", Path(settings["output"]), root, job)
 
 
 def plan_sweep(args: argparse.Namespace, profile: ClusterProfile, config: str, res: exe.Resources,

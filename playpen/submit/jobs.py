@@ -116,6 +116,19 @@ class EvalJob(PlaypenJob):
         return {k: val.get(k) for k in ("clemscore", "statscore", "results_dir")}
 
 
+class MeterJob(PlaypenJob):
+    """`playpen meter` as a job: its own flags (a YAML mapping, see playpen.reward.meter.parse_config)."""
+
+    def __init__(self, config: dict, log_dir: str, max_requeues: int, use_gpus: bool = False) -> None:
+        super().__init__(log_dir, max_requeues, use_gpus)
+        self.config = config
+
+    def run(self, task: TaskInfo) -> dict:
+        from playpen.reward.meter import meter, parse_config
+
+        return {"results_dir": str(meter(parse_config(self.config, "meter job")))}
+
+
 class SweepCellsJob(PlaypenJob):
     """Sweep cells one after the other: one per job-array task on SLURM, a share of them per local worker.
     A requeued task skips the cells it already finished."""
