@@ -113,6 +113,26 @@ def test_grpo_against_the_reward_model_logs_reward_and_kl(rl_run):
     assert entry["method"] == "grpo" and (rl_run.path / "learning_curve.png").is_file()
 
 
+def test_rloo_against_the_reward_model_logs_reward_and_kl(tmp_path, files, reward_run):
+    """The same prompts and reward model through TRL's RLOOTrainer (leave-one-out baseline), KL to the base."""
+    run = train("rloo", tmp_path / "runs", "experiment=rloo", f"prompts={files['prompts']}",
+                f"reward_model={reward_run.path}", "group_size=2", "max_new_tokens=6", "trainer.max_steps=2",
+                "trainer.beta=0.1", "trainer.per_device_train_batch_size=4", "trainer.learning_rate=1e-3")
+    rows = [r for r in read_jsonl(run.metrics) if "reward" in r]
+    assert [r["step"] for r in rows] == [1, 2] and "kl" in rows[-1] and "rewards/learned_reward/mean" in rows[-1]
+    (entry,) = json.loads((run.path / "model_registry.json").read_text())
+    assert entry["method"] == "rloo" and (run.path / "final" / "adapter_config.json").is_file()
+
+
+def test_rloo_takes_prompts_not_games(capsys, tmp_path):
+    from playpen.cli import main
+
+    assert main(["train", "rloo", "experiment=x", "game=wordle", f"storage_root={tmp_path / 'runs'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("playpen: error: ") and "rloo learns from prompts:" in err and "\n" not in err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_grpo_on_a_game_combines_game_and_learned_reward(tmp_path, reward_run):
     run = train("grpo", tmp_path / "runs", "experiment=rl-game", "game=arithmetic", "instances=2", "group_size=2",
                 "max_new_tokens=8", "trainer.per_device_train_batch_size=2", "trainer.max_steps=1",

@@ -27,7 +27,7 @@ from playpen.submit import executor as exe
 from playpen.submit import jobs, status
 from playpen.submit.profiles import ClusterProfile, load_profile, with_container
 
-TRAIN_METHODS = ("sft", "dpo", "grpo", "reward")
+TRAIN_METHODS = ("sft", "dpo", "grpo", "rloo", "reward")
 SUBMIT_COMMANDS = (*TRAIN_METHODS, "eval", "meter", "sweep")
 POLL_S = 1.0
 PROGRESS_EVERY_S = 10.0  # a progress line at most this often while waiting
@@ -36,15 +36,16 @@ PROGRESS_EVERY_S = 10.0  # a progress line at most this often while waiting
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 # with no --config: the embedded default of each command, on playpen-tiny (the demo's GRPO config for grpo)
 DEFAULT_CONFIGS = {"sft": "sft/tiny_lora.yaml", "dpo": "dpo/tiny_rollouts.yaml", "grpo": "grpo/demo.yaml",
-                   "reward": "reward/tiny_sentiment.yaml", "eval": "eval/tiny.yaml", "meter": "meter/tiny_vader.yaml",
-                   "sweep": "sweeps/tiny.yaml"}
+                   "rloo": "grpo/tiny_reward_model.yaml", "reward": "reward/tiny_sentiment.yaml",
+                   "eval": "eval/tiny.yaml", "meter": "meter/tiny_vader.yaml", "sweep": "sweeps/tiny.yaml"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`playpen submit COMMAND ...` (also `python -m playpen.submit COMMAND ...`)."""
     commands = parser.add_subparsers(dest="submit_command", required=True, metavar="COMMAND")
     helps = {"sft": "supervised fine-tuning", "dpo": "direct preference optimisation",
-             "grpo": "GRPO on games", "reward": "a reward model on preference pairs",
+             "grpo": "GRPO on games", "rloo": "RLOO on prompts against a reward model",
+             "reward": "a reward model on preference pairs",
              "eval": "play and score games with a model", "meter": "score a model's generations with a classifier",
              "sweep": "an eval sweep as one job array"}
     for name in SUBMIT_COMMANDS:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from playpen.storage import RunDir
 
 METHODS = {"sft": "playpen.train.sft", "dpo": "playpen.train.dpo", "grpo": "playpen.train.grpo",
-           "reward": "playpen.train.reward"}
+           "reward": "playpen.train.reward", "rloo": "playpen.train.rloo"}
 
 
 def train(method: str, config: str | None = None, overrides: Iterable[str] = ()) -> "RunDir":

@@ -91,8 +91,9 @@ def with_learner_text(rollout_func, tokenizer):
     return rollout
 
 
-def fit_on_prompts(session):
-    """Single-turn GRPO on a prompts jsonl against the learned reward; returns the trainer."""
+def fit_on_prompts(session, trainer_class=None):
+    """Single-turn RL on a prompts jsonl against the learned reward (GRPOTrainer, or RLOOTrainer for `playpen
+    train rloo`: both take the same reward functions); returns the trainer."""
     import random
 
     from datasets import Dataset
@@ -105,8 +106,10 @@ def fit_on_prompts(session):
     random.Random(cfg.seed).shuffle(prompts)  # TRL's sampler does not shuffle (shuffle_dataset: False, see grpo)
     if cfg.instances:
         prompts = prompts[:cfg.instances]
-    session.log(f"[playpen] GRPO on {len(prompts)} prompts of {cfg.prompts}, {cfg.group_size} completions each")
-    trainer = GRPOTrainer(model=session.model, reward_funcs=[prompt_reward(session)], args=session.args,
+    trainer_class = trainer_class or GRPOTrainer
+    session.log(f"[playpen] {trainer_class.__name__} on {len(prompts)} prompts of {cfg.prompts}, "
+                f"{cfg.group_size} completions each")
+    trainer = trainer_class(model=session.model, reward_funcs=[prompt_reward(session)], args=session.args,
                           train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
                           processing_class=session.tokenizer, peft_config=session.peft_config,
                           callbacks=session.callbacks(resumed_step=session.state["step"]))
