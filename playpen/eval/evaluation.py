@@ -84,26 +84,36 @@ class ClemcorePlayer:
         return self._model
 
     def play(self, entry: GameEntry, pairs: list[tuple[dict, dict]], results_dir: Path) -> None:
-        from clemcore.backends import Model
-        from clemcore.clemgame import (ExperimentFileSaver, GameBenchmarkCallbackList, GameInstances,
-                                       InstanceFileSaver, InteractionsFileSaver, ResultsFolder, RunFileSaver)
-        from clemcore.clemgame.runners import dispatch
+        with library_bars(self.verbose):
+            failed = clemcore_play(entry, pairs, [self.model], results_dir, self.batch_size)
+        if failed:
+            _stderr(f"[eval] {entry.name}: {failed}")
 
-        from playpen.games.instances import load_benchmark
 
-        models = [self.model]
-        folder = ResultsFolder(results_dir, run_dir=Model.to_identifier(models))
-        infos = Model.to_infos(models)
-        callbacks = GameBenchmarkCallbackList([
-            InstanceFileSaver(folder), ExperimentFileSaver(folder, player_model_infos=infos),
-            InteractionsFileSaver(folder, player_model_infos=infos), RunFileSaver(folder, player_model_infos=infos)])
-        rows = GameInstances(entry.name, [{"game_name": entry.name, "experiment": e, "game_instance": i}
-                                          for e, i in pairs])
-        try:
-            with library_bars(self.verbose):
-                dispatch.run(load_benchmark(entry), rows, models, callbacks=callbacks, batch_size=self.batch_size)
-        except RuntimeError as e:  # the batchwise runner raises after the batch when episodes failed
-            _stderr(f"[eval] {entry.name}: {e}")
+def clemcore_play(entry: GameEntry, pairs: list[tuple[dict, dict]], models: list, results_dir: Path,
+                  batch_size: int) -> str | None:
+    """Play the (experiment, instance) pairs with clemcore Models, one per seat, through clemcore's own runner
+    (batchwise when every model batches), recorded in clem's results layout under `results_dir`. Returns the
+    runner's error message when episodes failed (it raises after the batch), else None."""
+    from clemcore.backends import Model
+    from clemcore.clemgame import (ExperimentFileSaver, GameBenchmarkCallbackList, GameInstances,
+                                   InstanceFileSaver, InteractionsFileSaver, ResultsFolder, RunFileSaver)
+    from clemcore.clemgame.runners import dispatch
+
+    from playpen.games.instances import load_benchmark
+
+    folder = ResultsFolder(results_dir, run_dir=Model.to_identifier(models))
+    infos = Model.to_infos(models)
+    callbacks = GameBenchmarkCallbackList([
+        InstanceFileSaver(folder), ExperimentFileSaver(folder, player_model_infos=infos),
+        InteractionsFileSaver(folder, player_model_infos=infos), RunFileSaver(folder, player_model_infos=infos)])
+    rows = GameInstances(entry.name, [{"game_name": entry.name, "experiment": e, "game_instance": i}
+                                      for e, i in pairs])
+    try:
+        dispatch.run(load_benchmark(entry), rows, models, callbacks=callbacks, batch_size=batch_size)
+    except RuntimeError as e:
+        return str(e)
+    return None
 
 
 class EnginePlayer(ClemcorePlayer):

@@ -77,12 +77,9 @@ def _model(name: str, cache: dict, cfg: TournamentConfig):
 def play_match(cfg: TournamentConfig, seating: tuple[str, ...], records: Path, cache: dict) -> Path:
     """Plays one seating over the instances (skipped when its records are complete); returns its folder."""
     from clemcore.backends import Model
-    from clemcore.clemgame import (ExperimentFileSaver, GameBenchmarkCallbackList, GameInstances,
-                                   InstanceFileSaver, InteractionsFileSaver, ResultsFolder, RunFileSaver)
-    from clemcore.clemgame.runners import dispatch
 
-    from playpen.eval.evaluation import in_file_order, score_game
-    from playpen.games.instances import instances_file, load_benchmark, read_instances
+    from playpen.eval.evaluation import clemcore_play, in_file_order, score_game
+    from playpen.games.instances import instances_file, read_instances
     from playpen.games.registry import resolve_game
 
     entry = resolve_game(cfg.game)
@@ -92,17 +89,9 @@ def play_match(cfg: TournamentConfig, seating: tuple[str, ...], records: Path, c
     done = folder / "match_done.json"
     if done.is_file() and json.loads(done.read_text()).get("episodes") == len(pairs):
         return folder
-    out = ResultsFolder(records, run_dir=Model.to_identifier(models))
-    infos = Model.to_infos(models)
-    callbacks = GameBenchmarkCallbackList([
-        InstanceFileSaver(out), ExperimentFileSaver(out, player_model_infos=infos),
-        InteractionsFileSaver(out, player_model_infos=infos), RunFileSaver(out, player_model_infos=infos)])
-    rows = GameInstances(entry.name, [{"game_name": entry.name, "experiment": e, "game_instance": i}
-                                      for e, i in pairs])
-    try:
-        dispatch.run(load_benchmark(entry), rows, models, callbacks=callbacks, batch_size=cfg.batch_size)
-    except RuntimeError as e:  # the batchwise runner raises after the batch when episodes failed
-        print(f"[tournament] {' vs '.join(seating)}: {e}", file=sys.stderr)
+    failed = clemcore_play(entry, pairs, models, records, cfg.batch_size)
+    if failed:  # some episodes raised: the others are recorded
+        print(f"[tournament] {' vs '.join(seating)}: {failed}", file=sys.stderr)
     score_game(entry, folder)
     done.write_text(json.dumps({"seating": seating, "episodes": len(pairs)}))
     return folder
