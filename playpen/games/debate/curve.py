@@ -90,7 +90,7 @@ def plot(curve: dict, out: Path) -> Path:
     rounds = curve["rounds"]
     axes[1].plot(range(len(rounds)), [r.get("success_rate") for r in rounds], marker="o", label="win rate")
     axes[1].plot(range(len(rounds)), [r.get("reward") for r in rounds], marker=".", linestyle="--",
-                 label="reward (judge's probability for A)")
+                 label="reward (judge's probability for A; -1 if aborted)")
     right = axes[1].twinx()
     right.bar(range(len(rounds)), [r.get("pairs", 0) for r in rounds], alpha=0.2, color="gray")
     right.set_ylabel("preference pairs")
