@@ -141,13 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instances", type=int, default=30, help="validation debates per policy")
     parser.add_argument("--temperature", type=float, default=0.0)
     args = parser.parse_args(argv)
-    try:
+
+    def draw() -> int:
         curve(args.run_dir, args.instances, args.temperature)
-    except PlaypenError as e:
-        print(f"playpen: error: {e}", file=sys.stderr)
-        return 2
-    print(f"{args.run_dir / 'debate_curve.png'}")
-    return 0
+        print(f"{args.run_dir / 'debate_curve.png'}")
+        return 0
+    from playpen.cli import guarded
+
+    return guarded(draw)
 
 
 if __name__ == "__main__":

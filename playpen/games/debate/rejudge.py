@@ -90,13 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-L", "--max_tokens", type=int, default=300)
     parser.add_argument("-T", "--temperature", type=float, default=0.0)
     args = parser.parse_args(argv)
-    try:
+
+    def judge_again() -> int:
         result = rejudge(args.records_dir, args.judge, args.max_tokens, args.temperature, args.output)
-    except PlaypenError as e:
-        print(f"playpen: error: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(result["summary"], indent=2))
-    return 0
+        print(json.dumps(result["summary"], indent=2))
+        return 0
+    from playpen.cli import guarded
+
+    return guarded(judge_again)
 
 
 if __name__ == "__main__":

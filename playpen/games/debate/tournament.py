@@ -243,14 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("config")
     parser.add_argument("overrides", nargs="*", help="key=value")
     args = parser.parse_args(argv)
-    try:
-        cfg = load_config(TournamentConfig, args.config, list(args.overrides))
-        result = run(cfg, args.config)
-    except PlaypenError as e:
-        print(f"playpen: error: {e}", file=sys.stderr)
-        return 2
-    print((Path(result["dir"]) / "results.md").read_text())
-    return 0
+
+    def play() -> int:
+        result = run(load_config(TournamentConfig, args.config, list(args.overrides)), args.config)
+        print((Path(result["dir"]) / "results.md").read_text())
+        return 0
+    from playpen.cli import guarded
+
+    return guarded(play)
 
 
 if __name__ == "__main__":

@@ -60,15 +60,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    try:
+
+    def write() -> int:
         rows = winning_transcripts(args.game, args.episodes, args.seed)
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    except PlaypenError as e:
-        print(f"playpen: error: {e}", file=sys.stderr)
-        return 2
-    print(f"{args.output}: {len(rows)} winning transcripts of {args.episodes} {args.game} episodes")
-    return 0
+        print(f"{args.output}: {len(rows)} winning transcripts of {args.episodes} {args.game} episodes")
+        return 0
+    from playpen.cli import guarded
+
+    return guarded(write)
 
 
 if __name__ == "__main__":
