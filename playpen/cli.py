@@ -131,9 +131,9 @@ def guarded(command, *args) -> int:
     except PlaypenError as e:
         print(f"playpen: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("playpen: interrupted; rerun the same command to resume (training runs continue from their last "
-              "checkpoint)", file=sys.stderr)
+    except KeyboardInterrupt as e:  # a training run says which checkpoint the rerun resumes from
+        print(f"playpen: interrupted; {e.args[0] if e.args else 'rerun the same command to resume'}",
+              file=sys.stderr)
         return 130
 
 

@@ -368,3 +368,26 @@ def test_a_replay_where_no_episode_finished_keeps_the_earlier_records(dead_partn
     assert snapshot(home / "res" / "flaky" / "wordle") == before
     assert json.loads((home / "res" / "flaky.val.json").read_text())["games"]["wordle"]["episodes"] == 2
     assert not (home / "res" / ".playing").exists()
+
+
+def test_ctrl_c_says_which_checkpoint_the_rerun_resumes_from(home):
+    """Ctrl-C (SIGINT) during training: one line naming the checkpoint the same command resumes from."""
+    import signal
+    import time
+
+    argv = [sys.executable, "-m", "playpen.cli", "train", "grpo", "storage_root=runs", "experiment=int",
+            "run_id=r1", "game=arithmetic", "instances=2", "group_size=2", "max_new_tokens=8",
+            "trainer.per_device_train_batch_size=2", "trainer.max_steps=400", "trainer.save_steps=1",
+            "cpu_threads=1"]
+    proc = subprocess.Popen(argv, cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    checkpoints = home / "runs" / "int" / "r1" / "checkpoints"
+    deadline = time.monotonic() + 240
+    while not list(checkpoints.glob("checkpoint-*/playpen_state.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    last = err.strip().splitlines()[-1]
+    assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert last.startswith("playpen: interrupted; rerun the same command to resume from checkpoint-"), last
+    step = int(last.rsplit("checkpoint-", 1)[1])
+    assert (checkpoints / f"checkpoint-{step}").is_dir()

@@ -33,7 +33,7 @@ import yaml
 
 from playpen.config import bounded, dump_yaml, load_config, to_dict
 from playpen.errors import PlaypenError
-from playpen.storage import RunDir, atomic_write_json, atomic_write_text, exclusive_folder
+from playpen.storage import RunDir, atomic_write_json, atomic_write_text, checkpoints_in, exclusive_folder
 from playpen.train import METHODS, builders, distributed
 from playpen.train.checkpoints import (find_resume_checkpoint, load_state, remove_incomplete,
                                        resume_state_callback, truncate_jsonl)
@@ -257,6 +257,11 @@ def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
             except PlaypenError:  # e.g. the teacher failed: the message is the last line, not a progress bar
                 _close_progress_bars()
                 raise
+            except KeyboardInterrupt:  # Ctrl-C: say where the same command picks up
+                _close_progress_bars()
+                saved = checkpoints_in(run_dir.checkpoints)
+                raise KeyboardInterrupt(f"rerun the same command to resume from {saved[-1][1].name}" if saved
+                                        else "no checkpoint yet: rerun the same command to start again") from None
             _finish(session, trainer)
     finally:
         if owns_group or distributed.dist_info()[1] > 1:
