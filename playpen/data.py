@@ -139,8 +139,18 @@ def _main_score(scores: dict | None) -> float | None:
 
 
 def _conversation(turns: list, player: str) -> list[dict]:
-    """The player's own view: what the GM sent it (user) and what it answered (assistant), consecutive messages
-    of one role merged (as clemcore's backends merge them), cut after its last answer."""
+    """The player's own view (player_view), cut after its last answer: a training row ends with the player."""
+    messages = player_view(turns, player)
+    while messages and messages[-1]["role"] != "assistant":
+        messages.pop()
+    if messages and messages[0]["role"] != "user":
+        return []
+    return messages
+
+
+def player_view(turns: list, player: str) -> list[dict]:
+    """What the GM sent a player (user) and what it answered (assistant), from clemcore's interactions turns,
+    consecutive messages of one role merged (as clemcore's backends merge them)."""
     messages: list[dict] = []
     for round_events in turns:
         for event in round_events:
@@ -160,10 +170,6 @@ def _conversation(turns: list, player: str) -> list[dict]:
                 messages[-1]["content"] += "\n\n" + content
             else:
                 messages.append({"role": role, "content": content})
-    while messages and messages[-1]["role"] != "assistant":
-        messages.pop()
-    if messages and messages[0]["role"] != "user":
-        return []
     return messages
 
 

@@ -30,23 +30,11 @@ class Episode:
 
     def judge_view(self) -> list[dict]:
         """The judge's own conversation as it saw it (user: what the GM sent, assistant: its replies)."""
+        from playpen.data import player_view
+
         judge = next(name for name, p in self.interactions["players"].items()
                      if isinstance(p, dict) and p.get("game_role") == "Judge")
-        messages: list[dict] = []
-        for events in self.interactions["turns"]:
-            for e in events:
-                action = e.get("action") or {}
-                if e.get("to") == judge and action.get("type") == "send message":
-                    role = "user"
-                elif e.get("from") == judge and e.get("to") == "GM" and action.get("type") == "get message":
-                    role = "assistant"
-                else:
-                    continue
-                if messages and messages[-1]["role"] == role:
-                    messages[-1]["content"] += "\n\n" + action["content"]
-                else:
-                    messages.append({"role": role, "content": action["content"]})
-        return messages
+        return player_view(self.interactions["turns"], judge)
 
 
 def _notes(interactions: dict, kind: str) -> list:
