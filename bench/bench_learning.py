@@ -83,13 +83,19 @@ def evaluate(model: str, name: str, game: str, args, out: Path) -> dict:
     from playpen.demo import pooled
     from playpen.eval import evaluate as play
 
-    rows = {}
-    for temperature, seeds in ((0.0, 1), (args.temperature, args.seeds)):
-        vals = [play(model, games=[game], instances=args.val_instances, max_tokens=args.max_new_tokens,
-                     temperature=temperature, seed=seed, log=lambda message: None,
-                     results_dir=out / f"{name}-{game}-T{temperature:g}-seed{seed}") for seed in range(seeds)]
-        rows[f"T={temperature:g}"] = pooled(vals, game)
-    return rows
+    def once(temperature: float, seed: int) -> dict:
+        # the model's run folder (its run id) and the eval settings name the folder: another config evaluates anew
+        results = out / f"v{args.val_instances}-L{args.max_new_tokens}" / \
+            f"{name}-{Path(model).name}-{game}-T{temperature:g}-seed{seed}"
+        summary = results.with_suffix(".json")  # a rerun of the bench reuses finished evaluations
+        if not summary.exists():
+            val = play(model, games=[game], instances=args.val_instances, max_tokens=args.max_new_tokens,
+                       temperature=temperature, seed=seed, log=lambda message: None, results_dir=results)
+            summary.write_text(json.dumps(val, indent=1, default=str))
+        return json.loads(summary.read_text())
+
+    return {f"T={temperature:g}": pooled([once(temperature, seed) for seed in range(seeds)], game)
+            for temperature, seeds in ((0.0, 1), (args.temperature, args.seeds))}
 
 
 def plot(report: dict, out: Path) -> None:
@@ -144,7 +150,7 @@ def main() -> None:
     timings, report = {}, {}
     started = time.time()
 
-    data = storage / "sft.jsonl"
+    data = storage / f"sft-{'-'.join(args.games)}-{args.sft_episodes}.jsonl"  # the SFT run id hashes this path
     t = time.time()
     rows = sft_data(data, args.games, args.sft_episodes)
     timings["expert transcripts"] = time.time() - t
