@@ -47,3 +47,27 @@ def test_sweep_job_array_reruns_only_failed_cells(devcluster, tmp_path):  # noqa
     rows = (sweep_dir / "sweep.csv").read_text().strip().splitlines()
     assert len(rows) == 5 and all(",done," in row for row in rows[1:])
     assert json.loads((sweep_dir / "cells" / "tiny-b" / "wordle" / "result.json").read_text())["attempt"]
+
+
+def test_tournament_matches_as_one_job_array(devcluster, tmp_path):  # noqa: F811
+    """python -m playpen.submit tournament: one array task per seating on the dev cluster, then the dependent
+    aggregate job's table; the rerun submits nothing (every match is played)."""
+    config = tmp_path / "tournament.yaml"
+    config.write_text(f"name: t\ndebaters: [playpen-tiny, programmatic]\njudges: [programmatic]\n"
+                      f"max_instances: 1\nmax_tokens: 16\noutput_dir: {tmp_path / 'tournaments'}\n")
+
+    def submit() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "playpen.submit", "tournament", "--config", str(config),
+                               "--cluster", "devcluster", "--executor", "slurm", "--wait"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=420, env={**os.environ})
+
+    first = submit()
+    out = first.stdout + first.stderr
+    assert first.returncode == 0 and "submitted tournament job array of 2" in out, out
+    folder = tmp_path / "tournaments" / "t"
+    assert sorted(p.name for p in (folder / "played").iterdir()) == [
+        "playpen-tiny__programmatic__programmatic.json", "programmatic__playpen-tiny__programmatic.json"]
+    assert len(json.loads((folder / "matches.json").read_text())) == 2  # seatings x instances
+    assert "| programmatic | 2 | 1.00 |" in (folder / "results.md").read_text() and "# Tournament t" in out
+    again = submit()
+    assert again.returncode == 0 and "all 2 matches are played; nothing submitted" in again.stdout, again.stdout

@@ -4,6 +4,7 @@ processes).
     python -m playpen.submit {sft,dpo,grpo} [--config configs/grpo/demo.yaml] [--nodes N] [--gpus-per-node G]
         [--cluster PROFILE] [--executor slurm|local] [--container IMAGE.sif|none] [--dry-run] [--wait] [key=value ...]
     python -m playpen.submit eval --config EVAL.yaml ...       python -m playpen.submit sweep --config SWEEP.yaml ...
+    python -m playpen.submit tournament --config configs/debate/tournament_tiny.yaml ...   (one array task per match)
     python -m playpen.submit status RUN_OR_SWEEP_DIR [-n LINES]
     python -m playpen.submit logs RUN_OR_SWEEP_DIR [--err] [--task N] [-f]
 
@@ -19,6 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 from playpen.config import load_config
 from playpen.errors import PlaypenError
@@ -28,7 +30,7 @@ from playpen.submit import jobs, status
 from playpen.submit.profiles import ClusterProfile, load_profile, with_container
 
 TRAIN_METHODS = ("sft", "dpo", "grpo", "rloo", "reward")
-SUBMIT_COMMANDS = (*TRAIN_METHODS, "eval", "meter", "sweep")
+SUBMIT_COMMANDS = (*TRAIN_METHODS, "eval", "meter", "sweep", "tournament")
 POLL_S = 1.0
 PROGRESS_EVERY_S = 10.0  # a progress line at most this often while waiting
 
@@ -37,7 +39,8 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 # with no --config: the embedded default of each command, on playpen-tiny (the demo's GRPO config for grpo)
 DEFAULT_CONFIGS = {"sft": "sft/tiny_lora.yaml", "dpo": "dpo/tiny_rollouts.yaml", "grpo": "grpo/demo.yaml",
                    "rloo": "grpo/tiny_reward_model.yaml", "reward": "reward/tiny_sentiment.yaml",
-                   "eval": "eval/tiny.yaml", "meter": "meter/tiny_vader.yaml", "sweep": "sweeps/tiny.yaml"}
+                   "eval": "eval/tiny.yaml", "meter": "meter/tiny_vader.yaml", "sweep": "sweeps/tiny.yaml",
+                   "tournament": "debate/tournament_tiny.yaml"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "grpo": "GRPO on games", "rloo": "RLOO on prompts against a reward model",
              "reward": "a reward model on preference pairs",
              "eval": "play and score games with a model", "meter": "score a model's generations with a classifier",
-             "sweep": "an eval sweep as one job array"}
+             "sweep": "an eval sweep as one job array",
+             "tournament": "a debate/consultancy tournament as one job array (a task per match)"}
     for name in SUBMIT_COMMANDS:
         p = commands.add_parser(name, help=helps[name])
         p.add_argument("--config", default=None,
@@ -108,11 +112,13 @@ def default_config(command: str) -> str:
 class Plan:
     """What one submission sends: the callable(s), where logs and results go."""
 
-    kind: str  # train | eval | sweep
-    directory: Path  # run dir, eval results dir or sweep dir
+    kind: str  # train | eval | meter | sweep | tournament
+    directory: Path  # run dir, eval results dir, sweep or tournament dir
     storage_root: Path
     job: jobs.PlaypenJob
-    array: list[list] | None = None  # sweep: the cells of each job (one job per entry)
+    array: list[list] | None = None  # sweep/tournament: the cells (matches) of each job (one job per entry)
+    aggregate: tuple[Callable, Any] | None = None  # after the array: on SLURM a dependent job, with --wait here
+    report: Callable[[], str] | None = None  # what --wait prints at the end
 
 
 def storage_root_for(profile: ClusterProfile, configured: str | None, check: bool) -> Path:
@@ -141,7 +147,7 @@ def submit(args: argparse.Namespace) -> int:
     elif args.command == "meter":
         plan = plan_meter(args, profile, config, res)
     else:
-        plan = plan_sweep(args, profile, config, res, kind)
+        plan = (plan_sweep if args.command == "sweep" else plan_tournament)(args, profile, config, res, kind)
         if plan is None:
             return 0
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -160,11 +166,10 @@ def submit(args: argparse.Namespace) -> int:
     if not args.wait:
         return 0
     code = wait(sub, submitted)
-    if plan.kind == "sweep":
-        from playpen.eval import sweep
-
-        sweep.aggregate(plan.directory)
-        print(sweep.format_status(sweep.status(plan.directory)))
+    if plan.aggregate is not None:
+        plan.aggregate[0](plan.aggregate[1])
+    if plan.report is not None:
+        print(plan.report())
     return code
 
 
@@ -181,11 +186,11 @@ def send(args: argparse.Namespace, kind: str, profile: ClusterProfile, res: exe.
             submitted = ex.map_array(plan.job, plan.array)
         else:  # local: `array_parallelism` worker processes share the cells
             submitted = [ex.submit(plan.job, cells) for cells in plan.array]
-        if plan.kind == "sweep" and kind == "slurm":  # aggregate once the whole array has ended
+        if plan.aggregate is not None and kind == "slurm":  # aggregate once the whole array has ended
             agg = exe.make_executor(kind, folder, profile, exe.Resources(), f"playpen-{args.command}-aggregate",
                                     plan.storage_root)
             agg.update_parameters(dependency=f"afterany:{submitted[0].job_id.split('_')[0]}")
-            after.append(agg.submit(jobs.aggregate_sweep, str(plan.directory)).job_id)
+            after.append(agg.submit(*plan.aggregate).job_id)
     sub = status.Submission(kind=plan.kind, what=args.command, executor=kind, profile=profile.name,
                             job_ids=[j.job_id for j in submitted], folder=str(folder), directory=str(plan.directory),
                             tasks=1 if plan.array is not None else res.nodes * res.tasks_per_node,
@@ -268,7 +273,37 @@ def plan_sweep(args: argparse.Namespace, profile: ClusterProfile, config: str, r
     array = [[c] for c in cells] if kind == "slurm" else [cells[i::workers] for i in range(workers)]
     job = jobs.SweepCellsJob(str(sweep.dir), str(status.log_dir(sweep.dir)), profile.max_requeues,
                              use_gpus=res.gpus_per_node > 0, aggregate=kind == "local")
-    return Plan("sweep", sweep.dir, root, job, array)
+    return Plan("sweep", sweep.dir, root, job, array, aggregate=(jobs.aggregate_sweep, str(sweep.dir)),
+                report=lambda: sweep_mod.format_status(sweep_mod.status(sweep.dir)))
+
+
+def plan_tournament(args: argparse.Namespace, profile: ClusterProfile, config: str, res: exe.Resources,
+                    kind: str) -> Plan | None:
+    """The matches not yet played (every model and key checked first): one array task each on SLURM; on the
+    local executor `array_parallelism` workers share them. A dependent job writes the table and heatmap."""
+    from dataclasses import asdict
+
+    from playpen.games.debate import tournament
+
+    if res.nodes > 1:
+        raise PlaypenError("tournament matches run on one node each; drop --nodes")
+    cfg = load_config(tournament.TournamentConfig, config, list(args.overrides))
+    tournament.check(cfg, config)
+    root = storage_root_for(profile, None, check=not args.dry_run)
+    cfg.output_dir = str(Path(cfg.output_dir).expanduser().absolute())  # jobs run in another working directory
+    folder = tournament.tournament_dir(cfg)
+    seatings = [list(s) for s in (tournament.matches(cfg) if args.dry_run else tournament.pending_matches(cfg))]
+    if not seatings:
+        tournament.aggregate(cfg)
+        print(f"tournament {cfg.name}: all {len(tournament.matches(cfg))} matches are played; nothing submitted "
+              f"(results refreshed in {folder})")
+        return None
+    workers = 1 if kind == "slurm" else max(1, min(profile.array_parallelism, len(seatings)))
+    array = [[s] for s in seatings] if kind == "slurm" else [seatings[i::workers] for i in range(workers)]
+    job = jobs.TournamentMatchesJob(asdict(cfg), str(status.log_dir(folder)), profile.max_requeues,
+                                    use_gpus=res.gpus_per_node > 0, aggregate=kind == "local")
+    return Plan("tournament", folder, root, job, array, aggregate=(jobs.aggregate_tournament, asdict(cfg)),
+                report=lambda: (folder / "results.md").read_text())
 
 
 def refuse_concurrent(run_dir: Path) -> None:

@@ -158,6 +158,45 @@ class SweepCellsJob(PlaypenJob):
         return {"done": done}
 
 
+class TournamentMatchesJob(PlaypenJob):
+    """Debate/consultancy tournament matches one after the other: one per job-array task on SLURM, a share per
+    local worker. A requeued task skips the matches it already played."""
+
+    def __init__(self, config: dict, log_dir: str, max_requeues: int, use_gpus: bool = False,
+                 aggregate: bool = False) -> None:
+        super().__init__(log_dir, max_requeues, use_gpus)
+        self.config = config  # TournamentConfig as a dict, output_dir absolute
+        self.aggregate = aggregate
+
+    def run(self, task: TaskInfo, seatings: list[list[str]]) -> dict:
+        from playpen.games.debate import tournament
+
+        cfg = tournament.TournamentConfig(**self.config)
+        pending = {tuple(s) for s in tournament.pending_matches(cfg)}
+        played, failed, cache = [], {}, {}
+        for seating in map(tuple, seatings):
+            if seating not in pending:
+                continue
+            try:
+                tournament.play_match(cfg, seating, cache)
+                played.append(" vs ".join(seating))
+            except Exception as e:  # noqa: BLE001  (the next match runs; a rerun plays this one again)
+                failed[" vs ".join(seating)] = f"{type(e).__name__}: {e}"[:300]
+        if self.aggregate:
+            tournament.aggregate(cfg)
+        if failed:
+            raise RuntimeError(f"{len(failed)} of {len(seatings)} match(es) failed: {failed}")
+        return {"played": played}
+
+
+def aggregate_tournament(config: dict) -> dict:
+    """The job that runs after a tournament's job array: results.md, heatmap.png, matches.json."""
+    from playpen.games.debate import tournament
+
+    summary = tournament.aggregate(tournament.TournamentConfig(**config))
+    return {"dir": summary["dir"]}
+
+
 def aggregate_sweep(sweep_dir: str) -> dict:
     """The job that runs after a sweep's job array (SLURM dependency afterany)."""
     from playpen.eval import sweep

@@ -3,23 +3,27 @@ played by clemcore's runner with one model per seat; then a results table (win r
 correct and the incorrect side, as A and as B; judge accuracy; a Bradley-Terry rating on the Elo scale) and a
 heatmap. Consultancy: every consultant before every judge (no pairs, no rating).
 
-    python -m playpen.games.debate.tournament configs/debate/tournament_tiny.yaml [key=value ...]
+    python -m playpen.games.debate.tournament configs/debate/tournament_tiny.yaml [key=value ...]   (here)
+    python -m playpen.submit tournament --config configs/debate/tournament_tiny.yaml   (one job-array task per match)
 
 Output folder: records/ (clem layout, scored: `python -m playpen.games.debate.rejudge` and `playpen data` read
-it), matches.json (one row per episode), results.md and heatmap.png. A match whose records are complete is not
-played again when the tournament is rerun (add debaters or judges and rerun: only the new matches play).
+it), played/<seating>.json (one per finished match), matches.json (one row per episode), results.md and
+heatmap.png. A finished match is not played again when the tournament is rerun (add debaters or judges and rerun:
+only the new matches play). Matches write disjoint record folders, so array tasks play them concurrently.
 """
 from __future__ import annotations
 
 import itertools
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.games.debate.records import Episode, episodes_under, mean
+from playpen.storage import atomic_write_json
 
 PROGRAMMATIC = "programmatic"  # the expert advocate in an advocate's seat, the programmatic judge in the judge's
 
@@ -74,26 +78,52 @@ def _model(name: str, cache: dict, cfg: TournamentConfig):
     return cache[name]
 
 
-def play_match(cfg: TournamentConfig, seating: tuple[str, ...], records: Path, cache: dict) -> Path:
-    """Plays one seating over the instances (skipped when its records are complete); returns its folder."""
-    from clemcore.backends import Model
+def tournament_dir(cfg: TournamentConfig) -> Path:
+    return Path(cfg.output_dir).expanduser().absolute() / cfg.name
 
-    from playpen.eval.evaluation import clemcore_play, in_file_order, score_game
+
+def _instances(cfg: TournamentConfig):
+    from playpen.eval.evaluation import in_file_order
     from playpen.games.instances import instances_file, read_instances
     from playpen.games.registry import resolve_game
 
     entry = resolve_game(cfg.game)
-    pairs = in_file_order(read_instances(instances_file(entry, cfg.instances)), cfg.max_instances)
+    return entry, in_file_order(read_instances(instances_file(entry, cfg.instances)), cfg.max_instances)
+
+
+def _played_marker(cfg: TournamentConfig, seating: tuple[str, ...]) -> Path:
+    name = "__".join(re.sub(r"[^A-Za-z0-9._@+=-]+", "_", s) for s in seating)
+    return tournament_dir(cfg) / "played" / f"{name}.json"
+
+
+def pending_matches(cfg: TournamentConfig) -> list[tuple[str, ...]]:
+    """The seatings not yet played over these instances (cheap: no model is loaded)."""
+    _, pairs = _instances(cfg)
+    pending = []
+    for seating in matches(cfg):
+        marker = _played_marker(cfg, seating)
+        done = json.loads(marker.read_text()) if marker.is_file() else {}
+        if done.get("episodes") != len(pairs) or done.get("instances") != cfg.instances:
+            pending.append(seating)
+    return pending
+
+
+def play_match(cfg: TournamentConfig, seating: tuple[str, ...], cache: dict) -> Path:
+    """Plays one seating over the instances into records/ and marks it played; returns its records folder."""
+    from clemcore.backends import Model
+
+    from playpen.eval.evaluation import clemcore_play, score_game
+
+    entry, pairs = _instances(cfg)
+    records = tournament_dir(cfg) / "records"
     models = [_model(name, cache, cfg) for name in seating]
     folder = records / Model.to_identifier(models) / entry.name
-    done = folder / "match_done.json"
-    if done.is_file() and json.loads(done.read_text()).get("episodes") == len(pairs):
-        return folder
     failed = clemcore_play(entry, pairs, models, records, cfg.batch_size)
     if failed:  # some episodes raised: the others are recorded
         print(f"[tournament] {' vs '.join(seating)}: {failed}", file=sys.stderr)
     score_game(entry, folder)
-    done.write_text(json.dumps({"seating": seating, "episodes": len(pairs)}))
+    atomic_write_json(_played_marker(cfg, seating), {"seating": seating, "episodes": len(pairs),
+                                                     "instances": cfg.instances, "records": str(folder)})
     return folder
 
 
@@ -217,20 +247,27 @@ def heatmap(summary: dict, rows: list[dict], out: Path) -> Path:
     return out
 
 
-def run(cfg: TournamentConfig, where: str = "tournament", log=print) -> dict:
-    """Plays the missing matches, then writes matches.json, results.md and heatmap.png; returns the summary."""
-    check(cfg, where)
-    folder = Path(cfg.output_dir).expanduser() / cfg.name
-    records, cache = folder / "records", {}
-    for seating in matches(cfg):
-        log(f"[tournament] {cfg.name}: {' vs '.join(seating[:-1])} before {seating[-1]}")
-        play_match(cfg, seating, records, cache)
-    rows = match_rows(episodes_under(records), cfg.game)
+def aggregate(cfg: TournamentConfig) -> dict:
+    """matches.json, results.md and heatmap.png from every recorded episode; returns the summary."""
+    folder = tournament_dir(cfg)
+    rows = match_rows(episodes_under(folder / "records"), cfg.game)
+    if not rows:
+        raise PlaypenError(f"tournament {cfg.name}: no recorded episode under {folder / 'records'}")
     summary = summarize(rows, cfg.game)
-    (folder / "matches.json").write_text(json.dumps(rows, indent=1))
+    atomic_write_json(folder / "matches.json", rows)
     (folder / "results.md").write_text(results_markdown(cfg.name, summary))
     heatmap(summary, rows, folder / "heatmap.png")
     return {"dir": str(folder), **summary}
+
+
+def run(cfg: TournamentConfig, where: str = "tournament", log=print) -> dict:
+    """Plays the missing matches here, one after the other, then aggregates."""
+    check(cfg, where)
+    cache: dict = {}
+    for seating in pending_matches(cfg):
+        log(f"[tournament] {cfg.name}: {' vs '.join(seating[:-1])} before {seating[-1]}")
+        play_match(cfg, seating, cache)
+    return aggregate(cfg)
 
 
 def main(argv: list[str] | None = None) -> int:
