@@ -203,3 +203,33 @@ def test_bad_sweep_files_are_one_line_and_run_nothing(tiny, tmp_path, monkeypatc
     proc = subprocess.run([sys.executable, "-m", "playpen.eval.sweep", "--status", str(not_a_sweep)],
                           capture_output=True, text=True, timeout=60, env={**os.environ})
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("playpen: error:")
+
+
+def test_meters_in_a_sweep_match_playpen_meter(tiny, tmp_path, monkeypatch):
+    """A meter cell is `playpen meter` on that model: same settings, same completions, same mean; checkpoints of a
+    run make a meter curve; a meter setting a sweep owns (model:) is one line."""
+    from playpen.reward.meter import meter, parse_config
+
+    monkeypatch.chdir(tmp_path)
+    run = make_run(tmp_path / "runs", tiny, [10, 20], registry=False)
+    prompts = Path(__file__).parents[1] / "configs/reward/prompts/taboo_describer_validation.jsonl"
+    settings = {"classifier": "vader", "prompts": str(prompts), "samples": 2, "limit": 3, "max_new_tokens": 8}
+    path = write_sweep(tmp_path, models=["playpen-tiny"], runs=[{"path": str(run), "label": "grpo"}], games=[],
+                       meters=[{"name": "sentiment", **settings}])
+    sweep = load_sweep(path)
+    assert [c.key for c in sweep.cells] == ["playpen-tiny/meter-sentiment", "grpo@step10/meter-sentiment",
+                                            "grpo@step20/meter-sentiment"]
+    out = run_local(sweep, log=lambda m: None)
+    assert not out["failed"] and out["aggregate"]["complete"]
+    assert (sweep.dir / "plots" / "meter_curve.png").stat().st_size > 1000
+    result = results_by_key(sweep.dir)["playpen-tiny/meter-sentiment"]
+    direct = parse_config({"model": "playpen-tiny", "output": str(tmp_path / "direct"), **settings}, "test")
+    meter(direct)
+    summary = json.loads((tmp_path / "direct" / "playpen-tiny.summary.json").read_text())
+    assert result["meter_n"] == summary["n"] == 6 and result["meter_mean"] == summary["mean"]
+    assert "mean " in format_status(status(sweep.dir))
+    with pytest.raises(PlaypenError, match=r"meters\[0\]: model: is not a meter setting"):
+        load_sweep(write_sweep(tmp_path, models=["playpen-tiny"], meters=[{"model": "playpen-tiny", **settings}]))
+    with pytest.raises(PlaypenError, match=r"meters\[0\]: .*--prompts"):
+        load_sweep(write_sweep(tmp_path, models=["playpen-tiny"],
+                               meters=[{**settings, "prompts": str(tmp_path / "none.jsonl")}]))

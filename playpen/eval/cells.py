@@ -1,4 +1,5 @@
-"""One sweep cell (a model or checkpoint × one game): its state on disk and `run_cell`, what a job-array task runs.
+"""One sweep cell (a model or checkpoint × one game, or × one meter): its state on disk and `run_cell`, what a
+job-array task runs. A meter cell is `playpen meter` on that model (playpen.reward.meter): its mean score.
 
     cells/<model>/<game>/result.json       a finished cell (atomic); holds the fingerprint of what it evaluated
     cells/<model>/<game>/state.json        running (with a heartbeat every 30 s) or failed (with the error line)
@@ -50,16 +51,26 @@ class Cell:
     step: int | None = None  # checkpoint step (0: the base model of the run)
     player: str = "auto"
     checkpoint: str | None = None
+    meter: dict | None = None  # a meter cell: playpen meter's settings (classifier, prompts, samples, ...)
 
     def fingerprint(self) -> str:
         """What decides the result; batch size, player and folder locations do not."""
         what = [self.spec, self.game, self.instance_set, self.max_instances, self.max_tokens, self.temperature]
+        if self.meter is not None:  # (cells of earlier sweeps keep their fingerprint)
+            what.append({k: v for k, v in self.meter.items() if k != "batch_size"})
         return hashlib.sha1(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
     @classmethod
     def from_dict(cls, data: dict) -> "Cell":
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def headline(result: dict) -> str:
+    """A done cell's result in a few words (status lines, logs)."""
+    if "meter_mean" in result:
+        return f"mean {result['meter_mean']:.4f} ± {result['meter_stderr']:.4f}"
+    return f"clemscore {result['clemscore']}"
 
 
 # ---------------------------------------------------------------- state
@@ -128,14 +139,36 @@ def _player_for(cell: Cell):
     return _PLAYER_CACHE[key]
 
 
-def run_cell(sweep_dir: str | Path, cell: Cell | dict) -> dict:
-    """Play and score one cell; writes cells/<key>/result.json atomically and returns it. Raises on failure
-    (after recording it in state.json), so a job array marks the task failed."""
+def _play(cell: Cell, records: Path) -> dict:
     from playpen.eval.evaluation import in_file_order, model_folder, score_game
     from playpen.eval.scoring import load_episode_scores, summarize_game
     from playpen.games.instances import instances_file, read_instances
     from playpen.games.registry import GameEntry
 
+    entry = GameEntry(cell.game, Path(cell.game_path), "sweep", cell.game_spec)
+    pairs = in_file_order(read_instances(instances_file(entry, cell.instance_set)), cell.max_instances)
+    _player_for(cell).play(entry, pairs, records)
+    folder = model_folder(cell.spec)
+    scored = score_game(entry, records / folder / cell.game)
+    if scored == 0:
+        raise RuntimeError(f"no episode of {cell.game} finished (see clembench.log)")
+    summary = summarize_game(cell.game, load_episode_scores(records, model=folder, games=[cell.game]))
+    return {**summary.to_dict(), "instances": len(pairs), "missing": len(pairs) - summary.episodes}
+
+
+def _meter(cell: Cell, records: Path) -> dict:
+    from playpen.reward.meter import check_settings, meter_specs, parse_config
+
+    args = parse_config({**cell.meter, "model": cell.model}, f"sweep cell {cell.key}")
+    prompts, scorer = check_settings(args)
+    summary, = meter_specs(args, prompts, [(cell.model, cell.spec)], scorer, records)
+    return {f"meter_{k}": summary[k] for k in ("mean", "stderr", "stderr_by_prompt", "share_above", "threshold",
+                                              "n", "prompts")} | {"classifier": summary["classifier"]}
+
+
+def run_cell(sweep_dir: str | Path, cell: Cell | dict) -> dict:
+    """Play and score one cell (or meter it); writes cells/<key>/result.json atomically and returns it. Raises on
+    failure (after recording it in state.json), so a job array marks the task failed."""
     sweep_dir = Path(sweep_dir).expanduser().absolute()
     if not (sweep_dir / SWEEP_FILE).is_file():
         raise PlaypenError(f"{sweep_dir} is not a sweep directory (no {SWEEP_FILE})")
@@ -150,14 +183,7 @@ def run_cell(sweep_dir: str | Path, cell: Cell | dict) -> dict:
     started = time.time()
     with _Heartbeat(cell_dir / STATE_FILE, state) as beat:
         try:
-            entry = GameEntry(cell.game, Path(cell.game_path), "sweep", cell.game_spec)
-            pairs = in_file_order(read_instances(instances_file(entry, cell.instance_set)), cell.max_instances)
-            _player_for(cell).play(entry, pairs, records)
-            folder = model_folder(cell.spec)
-            scored = score_game(entry, records / folder / cell.game)
-            if scored == 0:
-                raise RuntimeError(f"no episode of {cell.game} finished (see clembench.log)")
-            summary = summarize_game(cell.game, load_episode_scores(records, model=folder, games=[cell.game]))
+            measured = _meter(cell, records) if cell.meter is not None else _play(cell, records)
         except BaseException as e:
             beat.stop.set()
             beat.thread.join()
@@ -166,8 +192,7 @@ def run_cell(sweep_dir: str | Path, cell: Cell | dict) -> dict:
                                                       "error": f"{type(e).__name__}: {message}"[:500],
                                                       "traceback": traceback.format_exc()[-4000:]})
             raise
-    result = {**{k: v for k, v in asdict(cell).items() if k not in ("spec", "game_spec")},
-              **summary.to_dict(), "instances": len(pairs), "missing": len(pairs) - summary.episodes,
+    result = {**{k: v for k, v in asdict(cell).items() if k not in ("spec", "game_spec")}, **measured,
               "fingerprint": cell.fingerprint(), "attempt": attempt,
               "records": str(records.relative_to(sweep_dir)), "seconds": round(time.time() - started, 1),
               "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), "model_name": cell.spec["model_name"]}

@@ -1,8 +1,10 @@
-"""A sweep's aggregate: sweep.csv, sweep.html and two PNG plots (learning curve per run, model × game heatmap).
+"""A sweep's aggregate: sweep.csv, sweep.html and PNG plots (learning curve per run, model × game heatmap, and the
+meters per checkpoint when the sweep has meters).
 
-Rows are model/checkpoint × game. The per-row clemscore is the game's own (% played / 100 × quality); the
-per-model clemscore/statscore in the HTML summary and the learning curve use clemcore's across-game formula
-(playpen.eval.scoring.aggregate_score) over the model's dialogue / static games.
+Rows are model/checkpoint × game (or × meter: `playpen meter`'s mean score and its standard error). The per-row
+clemscore is the game's own (% played / 100 × quality); the per-model clemscore/statscore in the HTML summary and
+the learning curve use clemcore's across-game formula (playpen.eval.scoring.aggregate_score) over the model's
+dialogue / static games.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from playpen.eval.scoring import GameSummary, aggregate_score
 from playpen.storage import atomic_write_bytes, atomic_write_text
 
 COLUMNS = ["model", "step", "checkpoint", "run", "game", "static", "instance_set", "state", "episodes",
-           "instances", "played", "quality", "clemscore", "success", "lose", "aborted", "model_name", "key"]
+           "instances", "played", "quality", "clemscore", "success", "lose", "aborted", "meter_mean", "meter_stderr",
+           "meter_stderr_by_prompt", "classifier", "model_name", "key"]
 
 
 def _row_label(model: str, step, checkpoint) -> str:
@@ -30,10 +33,11 @@ def sweep_rows(results: list) -> list[dict]:
     for cell, state, result in results:
         row = {"model": cell.model, "step": cell.step, "checkpoint": cell.checkpoint, "run": cell.run,
                "game": cell.game, "static": cell.static, "instance_set": cell.instance_set, "state": state,
-               "model_name": cell.spec.get("model_name"), "key": cell.key}
+               "model_name": cell.spec.get("model_name"), "key": cell.key, "is_meter": cell.meter is not None}
         if result:
             row.update({k: result.get(k) for k in ("episodes", "instances", "played", "quality", "clemscore",
-                                                   "success", "lose", "aborted")})
+                                                   "success", "lose", "aborted", "meter_mean", "meter_stderr",
+                                                   "meter_stderr_by_prompt", "classifier")})
         rows.append(row)
     return rows
 
@@ -81,7 +85,7 @@ def _html(name: str, rows: list[dict], models: dict[str, dict], games: list[str]
         summary.append(f"<tr><th>{html.escape(label)}</th><td><b>{_fmt(m['clemscore'])}</b></td>"
                        f"<td>{_fmt(m['statscore'])}</td>{cells}<td>{'' if m['complete'] else 'incomplete'}</td></tr>")
     detail_cols = ["model", "step", "game", "state", "episodes", "played", "quality", "clemscore", "success",
-                   "aborted"]
+                   "aborted", "meter_mean", "meter_stderr"]
     detail = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c))}</td>" for c in detail_cols) + "</tr>" for r in rows)
     images = "".join(f'<p><img src="{html.escape(p)}" style="max-width:100%"></p>' for p in plots)
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>sweep {html.escape(name)}</title>
@@ -171,16 +175,47 @@ def heatmap(models: dict[str, dict], games: list[str], path: Path) -> bool:
     return True
 
 
+def meter_curves(rows: list[dict], path: Path) -> bool:
+    """Each meter's mean score (± s.e. by prompt) per checkpoint step, a line per run; False when no run has steps."""
+    points: dict[tuple[str, str], list[tuple]] = {}
+    for r in rows:
+        if r["is_meter"] and r["state"] == "done" and r["step"] is not None:
+            points.setdefault((r["model"], r["game"]), []).append((r["step"], r["meter_mean"],
+                                                                   r["meter_stderr_by_prompt"]))
+    if not points:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for (run, meter), xy in sorted(points.items()):
+        steps, means, errors = zip(*sorted(xy))
+        ax.errorbar(steps, means, yerr=errors, marker="o", capsize=3, label=f"{run} {meter}")
+    ax.set_xlabel("checkpoint step")
+    ax.set_ylabel("mean score")
+    ax.set_title("meters per checkpoint (± s.e. over prompts)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    _savefig(fig, path)
+    plt.close(fig)
+    return True
+
+
 def write_aggregate(sweep_dir: Path, name: str, results: list) -> dict:
     rows = sweep_rows(results)
-    models = model_scores(rows)
-    games = list(dict.fromkeys(r["game"] for r in rows))
+    game_rows = [r for r in rows if not r["is_meter"]]
+    models = model_scores(game_rows)
+    games = list(dict.fromkeys(r["game"] for r in game_rows))
     plots_dir = sweep_dir / "plots"
     plots = []
     if learning_curves(models, plots_dir / "learning_curve.png"):
         plots.append("plots/learning_curve.png")
     if heatmap(models, games, plots_dir / "heatmap.png"):
         plots.append("plots/heatmap.png")
+    if meter_curves(rows, plots_dir / "meter_curve.png"):
+        plots.append("plots/meter_curve.png")
     atomic_write_text(sweep_dir / "sweep.csv", _csv_text(rows))
     atomic_write_text(sweep_dir / "sweep.html", _html(name, rows, models, games, plots))
     return {"dir": str(sweep_dir.absolute()), "csv": str(sweep_dir / "sweep.csv"),

@@ -1,4 +1,4 @@
-"""Eval sweeps: models and training-run checkpoints × games, one cell each, idempotent and resumable.
+"""Eval sweeps: models and training-run checkpoints × games (and × meters), one cell each, idempotent and resumable.
 
     sweep = load_sweep("configs/sweeps/tiny.yaml", ["max_tokens=32"])   # all checks; nothing runs or is written
     cells = sweep.pending_cells()          # writes <sweep_dir>/sweep.json; cells that are not done (or running)
@@ -10,6 +10,7 @@
 Sweep directory (default <storage_root>/sweeps/<name>):
     sweep.json                             the resolved cells (model specs, game paths, generation settings)
     cells/<model>/<game>/...               one folder per cell: result.json, state.json, attempts/ (cells.py)
+    cells/<model>/meter-<name>/...         a meter cell: `playpen meter` on the model (its attempt holds the CSV)
     sweep.csv, sweep.html, plots/          the aggregate (plots.py)
     logs/                                  python -m playpen.submit's submission records and job logs
 A cell is done when its result.json matches the cell's current fingerprint (model spec, game, instance set,
@@ -29,7 +30,7 @@ from pathlib import Path
 from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.eval.cells import (CELLS_DIR, RESULT_FILE, STATE_FILE, STATES, SWEEP_FILE, Cell,  # noqa: F401
-                                _read, cell_state, run_cell)
+                                _read, cell_state, headline, run_cell)
 from playpen.eval.cli import EVAL_BOUNDS
 from playpen.storage import DEFAULT_STORAGE, STORAGE_ENV, atomic_write_json, checkpoint_step, checkpoints_in
 
@@ -65,6 +66,9 @@ class SweepConfig:
     temperature: float = EVAL_BOUNDS["temperature"].field(0.0)
     batch_size: int = EVAL_BOUNDS["batch_size"].field(8)
     player: str = "auto"  # auto (rollout engine for local HF models, else clemcore's runner) | engine | clemcore
+    # playpen meter on every model too: each entry its flags (classifier, prompts, samples, label, max_new_tokens,
+    # temperature, threshold, limit, seed, batch_size) and an optional name (default <classifier>-<prompts stem>)
+    meters: list[dict] = field(default_factory=list)
     output_dir: str | None = None  # default <storage_root>/sweeps/<name>
     storage_root: str | None = None
 
@@ -118,6 +122,43 @@ def _run_models(sel: RunSelector, where: str) -> list[dict]:
         out.append(dict(model=label, spec=base, step=None, checkpoint="final"))
     for item in out:
         item["run"] = str(run_dir)
+    return out
+
+
+def _row(m: dict) -> str:
+    return m["model"] + ("" if m["step"] is None else f"@step{m['step']}") + \
+        ("@final" if m["checkpoint"] == "final" else "")
+
+
+def _meters(entries: list, where: str) -> dict[str, dict]:
+    """Each meters: entry checked by playpen meter's own parser and checks (prompts read, scorer resolved);
+    name → its settings, with every default filled in and paths absolute (a job runs in another folder)."""
+    from playpen.reward.meter import check_settings, parse_config
+
+    out = {}
+    for i, entry in enumerate(entries):
+        at = f"{where}: meters[{i}]"
+        if not isinstance(entry, dict):
+            raise PlaypenError(f"{at}: expected a mapping of playpen meter's flags (classifier:, prompts:, ...)")
+        entry = dict(entry)
+        name = str(entry.pop("name", "") or "")
+        for key in ("model", "compare", "output"):
+            if key in entry:
+                raise PlaypenError(f"{at}: {key}: is not a meter setting in a sweep (the sweep's models are "
+                                   f"metered, into their cells)")
+        args = parse_config({**entry, "model": "sweep"}, at)
+        try:
+            check_settings(args)
+        except PlaypenError as e:
+            raise PlaypenError(f"{at}: {e}") from None
+        settings = {k: v for k, v in vars(args).items() if k not in ("model", "compare", "output")}
+        settings["prompts"] = str(Path(args.prompts).expanduser().absolute())
+        if Path(args.classifier).expanduser().exists():
+            settings["classifier"] = str(Path(args.classifier).expanduser().absolute())
+        name = name or f"{Path(args.classifier).name}-{Path(args.prompts).stem}"
+        if name in out:
+            raise PlaypenError(f"{at}: a second meter named {name!r}; give each a distinct name:")
+        out[name] = settings
     return out
 
 
@@ -175,8 +216,8 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
         sel = RunSelector(path=run) if isinstance(run, str) else run
         models += _run_models(sel, f"{where}: runs[{i}]")
     selectors = [GameSelector(name=g) if isinstance(g, str) else g for g in config.games]
-    if not selectors:
-        raise PlaypenError(f"{where}: games: is empty; name games or use [all]")
+    if not selectors and not config.meters:
+        raise PlaypenError(f"{where}: games: is empty; name games or use [all] (or list meters:)")
     games: dict[str, tuple] = {}  # a game named on its own keeps its own options over one a selector brings
     for sel in sorted(selectors, key=lambda s: is_selector(s.name)):
         try:
@@ -193,8 +234,7 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
             raise PlaypenError(f"{where}: {e}") from None
         limit = sel.max_instances if sel.max_instances is not None else config.max_instances
         for m in models:
-            row = m["model"] + ("" if m["step"] is None else f"@step{m['step']}")
-            row += "@final" if m["checkpoint"] == "final" else ""
+            row = _row(m)
             game_key = entry.name + ("" if instance_set == "validation" else f"~{instance_set}")
             key = f"{_safe(row)}/{_safe(game_key)}"
             if key in keys:
@@ -205,6 +245,18 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
                               instance_set=instance_set, max_instances=limit, max_tokens=config.max_tokens,
                               temperature=config.temperature, batch_size=config.batch_size, run=m["run"],
                               step=m["step"], checkpoint=m["checkpoint"], player=config.player))
+    for name, settings in _meters(config.meters, where).items():
+        for m in models:
+            row = _row(m)
+            key = f"{_safe(row)}/{_safe('meter-' + name)}"
+            if key in keys:
+                raise PlaypenError(f"{where}: {row} × meter {name} is listed twice")
+            keys.add(key)
+            cells.append(Cell(key=key, model=m["model"], spec=m["spec"], game=f"meter:{name}", game_path="",
+                              game_spec={}, static=False, instance_set="", max_instances=None,
+                              max_tokens=settings["max_new_tokens"], temperature=settings["temperature"],
+                              batch_size=settings["batch_size"], run=m["run"], step=m["step"],
+                              checkpoint=m["checkpoint"], meter=settings))
     root = Path(config.output_dir).expanduser() if config.output_dir else \
         Path(config.storage_root or storage_root or os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE).expanduser() \
         / "sweeps" / config.name
@@ -238,7 +290,7 @@ def status(sweep_dir: str | Path) -> dict:
         row = {"key": cell.key, "model": cell.model, "step": cell.step, "game": cell.game, "state": st["state"]}
         row.update({k: st[k] for k in ("error", "host", "job", "task", "note") if st.get(k)})
         if st["state"] == "done":
-            row["clemscore"] = st["result"]["clemscore"]
+            row["result"] = headline(st["result"])
         rows.append(row)
     counts = {s: sum(r["state"] == s for r in rows) for s in STATES}
     return {"name": manifest["name"], "dir": str(Path(sweep_dir).absolute()), "counts": counts, "cells": rows}
@@ -248,7 +300,7 @@ def format_status(info: dict) -> str:
     counts = ", ".join(f"{n} {s}" for s, n in info["counts"].items())
     lines = [f"sweep {info['name']} ({info['dir']}): {counts}"]
     for row in info["cells"]:
-        extra = row.get("error") or row.get("note") or (f"clemscore {row['clemscore']}" if "clemscore" in row else "")
+        extra = row.get("error") or row.get("note") or row.get("result", "")
         where = f" [{row['host']}{' job ' + str(row['job']) if row.get('job') else ''}]" \
             if row["state"] == "running" and row.get("host") else ""
         lines.append(f"  {row['state']:8s} {row['key']:48s}{where} {extra}".rstrip())
@@ -282,7 +334,7 @@ def run_local(sweep: Sweep | str | Path, overrides: list[str] = (), log=None) ->
         ran.append(cell.key)
         try:
             result = run_cell(sweep.dir, cell)
-            log(f"[sweep] done   {cell.key}: clemscore {result['clemscore']} ({result['seconds']} s)")
+            log(f"[sweep] done   {cell.key}: {headline(result)} ({result['seconds']} s)")
         except Exception as e:  # noqa: BLE001  (recorded in the cell's state.json; the others go on)
             failed[cell.key] = cell_state(sweep.dir, cell).get("error", str(e))
             log(f"[sweep] FAILED {cell.key}: {failed[cell.key]}")

@@ -44,10 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
-def _check(args: argparse.Namespace):
+def check_settings(args: argparse.Namespace):
+    """Everything but the models: ranges, the prompts file and the scorer. Returns (prompts, scorer spec)."""
     from playpen.reward.prompts import read_prompts
     from playpen.reward.scorers import resolve_scorer
-    from playpen.train.builders import resolve_model_spec
 
     for flag, value, low in (("-n", args.samples, 1), ("--max-new-tokens", args.max_new_tokens, 1),
                              ("--batch-size", args.batch_size, 1)):
@@ -57,14 +57,19 @@ def _check(args: argparse.Namespace):
         raise PlaypenError(f"--temperature must be >= 0, got {args.temperature}")
     if args.output is not None and args.output.exists() and not args.output.is_dir():
         raise PlaypenError(f"--output {args.output} is a file; give a folder")
-    prompts = read_prompts(args.prompts, "--prompts", "prompts", args.limit)
+    return read_prompts(args.prompts, "--prompts", "prompts", args.limit), resolve_scorer(args.classifier, args.label)
+
+
+def _check(args: argparse.Namespace):
+    from playpen.train.builders import resolve_model_spec
+
+    prompts, scorer = check_settings(args)
     models = [args.model] + ([args.compare] if args.compare else [])
     specs = [resolve_model_spec(name) for name in models]
     for name, spec in zip(models, specs):
         if spec.get("method") == "reward":
             raise PlaypenError(f"{name} is a reward model (a classifier), not a generator; meter it with "
                                f"--classifier {name}")
-    scorer = resolve_scorer(args.classifier, args.label)
     return prompts, list(zip(models, specs)), scorer
 
 
@@ -195,11 +200,19 @@ def plot_histogram(results: list[tuple[str, list[float], dict]], out: Path, titl
 
 def meter(args: argparse.Namespace) -> Path:
     prompts, models, scorer_spec = _check(args)  # nothing loaded or written before this passed
+    folder = args.output or Path("playpen-meter") / time.strftime("%Y-%m-%dT%H-%M-%S")
+    meter_specs(args, prompts, models, scorer_spec, folder)
+    return folder
+
+
+def meter_specs(args: argparse.Namespace, prompts: list, models: list[tuple[str, dict]], scorer_spec,
+                folder: Path) -> list[dict]:
+    """Generates, scores and writes every (name, model spec) into folder (a sweep cell passes a checkpoint's
+    spec here); returns each model's summary."""
     _quiet()
     from playpen.reward.scorers import load_scorer
     from playpen.storage import atomic_write_json
 
-    folder = args.output or Path("playpen-meter") / time.strftime("%Y-%m-%dT%H-%M-%S")
     folder.mkdir(parents=True, exist_ok=True)
     scorer = load_scorer(scorer_spec)
     threshold = scorer_spec.threshold if args.threshold is None else args.threshold
@@ -228,7 +241,7 @@ def meter(args: argparse.Namespace) -> Path:
               f"{comparison['z_stderr']:+.1f} s.e. ({comparison['z_stderr_by_prompt']:+.1f} by prompt)", flush=True)
     plot_histogram(results, folder / "histogram.png", f"{scorer_spec.description} on {Path(args.prompts).name}")
     print(f"[playpen] meter results in {folder}")
-    return folder
+    return [summary for _, _, summary in results]
 
 
 def parse_config(config: dict, where: str) -> argparse.Namespace:
