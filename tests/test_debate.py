@@ -128,10 +128,10 @@ def tiny():
 
     from playpen.models.tiny import ensure_tiny_model
     from playpen.rollout import LocalPolicy
-    from playpen.train import builders
+    from playpen.train import modeling
 
     path = str(ensure_tiny_model())
-    return LocalPolicy(builders.load_model(path, None, torch.float32, trainable=False), builders.load_tokenizer(path),
+    return LocalPolicy(modeling.load_model(path, None, torch.float32, trainable=False), modeling.load_tokenizer(path),
                        name="playpen-tiny")
 
 
@@ -270,7 +270,7 @@ def test_winning_transcripts_become_sft_rows(tmp_path):
     from playpen.eval.evaluation import score_game
     from playpen.games.debate.transcripts import winning_transcripts
     from playpen.games.registry import resolve_game
-    from playpen.train.builders import check_messages
+    from playpen.train.data_files import check_messages
 
     rows = list(games.load_instances("debate", "train"))[:6]
     learner = CustomResponseModel(ModelSpec(model_name="stand-in-learner"))  # plays the expert's policy

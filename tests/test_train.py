@@ -275,7 +275,7 @@ def test_every_config_file_is_valid():
     from peft import LoraConfig
 
     from playpen.config import check_keys, load_config
-    from playpen.train.builders import ALIASES, MANAGED
+    from playpen.train.trl_args import ALIASES, MANAGED
     from playpen.train.runner import load_recipe
 
     import trl

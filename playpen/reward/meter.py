@@ -61,7 +61,7 @@ def check_settings(args: argparse.Namespace):
 
 
 def _check(args: argparse.Namespace):
-    from playpen.train.builders import resolve_model_spec
+    from playpen.train.modeling import resolve_model_spec
 
     prompts, scorer = check_settings(args)
     models = [args.model] + ([args.compare] if args.compare else [])
@@ -92,15 +92,15 @@ def generate(spec: dict, prompts: list[list[dict]], samples: int, max_new_tokens
     """(prompt index, sample index, completion) for every prompt x sample, sampled in batches."""
     import torch
 
-    from playpen.train import builders, distributed
+    from playpen.train import distributed, modeling
 
-    tokenizer = builders.load_tokenizer(spec["huggingface_id"])
+    tokenizer = modeling.load_tokenizer(spec["huggingface_id"])
     tokenizer.padding_side = "left"
     model_config = spec.get("model_config") or {}
     quantization = "4bit" if model_config.get("load_in_4bit") else "8bit" if model_config.get("load_in_8bit") \
         else None
     dtype = torch.bfloat16 if distributed.has_cuda() else torch.float32
-    model = builders.load_model(spec["huggingface_id"], quantization, dtype,
+    model = modeling.load_model(spec["huggingface_id"], quantization, dtype,
                                 peft_model=model_config.get("peft_model"), trainable=False)
     model.eval()
     if distributed.has_cuda() and not quantization:

@@ -21,13 +21,13 @@ from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.reward.prompts import as_messages
-from playpen.train import builders
+from playpen.train import data_files
 
 
 def _side_problem(value, name: str) -> str | None:
     if isinstance(value, str):
         return None if value else f"'{name}' is empty"
-    problem = builders.check_messages(value, need_assistant=False)
+    problem = data_files.check_messages(value, need_assistant=False)
     return f"'{name}': {problem}" if problem else None
 
 
@@ -77,7 +77,7 @@ def _labelled_pairs(rows: list[dict], margin: float, per_text: int, seed: int) -
 def read_pairs_file(path: str, where: str, label_margin: float = 0.0, pairs_per_text: int = 1,
                     seed: int = 0) -> list[dict]:
     """Pairs from a jsonl of preference rows or of labelled texts (not both in one file)."""
-    rows = builders.read_jsonl_rows(path, where, "data", _row_problem)
+    rows = data_files.read_jsonl_rows(path, where, "data", _row_problem)
     labelled = ["text" in row for row in rows]
     if any(labelled) and not all(labelled):
         line = labelled.index(not labelled[0]) + 1

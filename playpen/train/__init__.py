@@ -1,4 +1,4 @@
-"""Trainers: one readable module per method over shared builders.
+"""Trainers: one readable module per method over shared parts.
 
     from playpen.train import train
     run = train("grpo", "configs/grpo/demo.yaml", ["trainer.max_steps=20"])   # -> RunDir
@@ -6,9 +6,11 @@
 `train` is what `playpen train` and SLURM jobs call, once per rank under torchrun (RANK/WORLD_SIZE/... set).
 Rerunning the same call resumes from the last checkpoint in the same run directory.
 
-Modules: `builders` (model, tokenizer, LoRA, quantization, DeepSpeed, TRL arguments), `runner` (the life cycle
-every method shares), `sft`, `dpo`, `grpo` (one recipe each), `checkpoints` (find, validate, resume state),
-`metrics` (metrics.jsonl, tensorboard, learning curve), `base` (BasePlaypenTrainer for `playpen run`).
+Modules: `modeling` (model spec, tokenizer, weights, LoRA, quantization, DeepSpeed config), `trl_args` (TRL's
+arguments from `trainer:`), `players` (teachers and other clemcore players), `data_files` (jsonl rows, chat
+messages), `rollouts` (what GRPO and DPO share about playing games), `runner` (the life cycle every method
+shares), `sft`, `dpo`, `grpo` (one recipe each), `checkpoints` (find, validate, resume state), `metrics`
+(metrics.jsonl, tensorboard, learning curve), `base` (BasePlaypenTrainer for `playpen run`).
 This file stays light: torch and TRL are imported only when training starts.
 """
 from __future__ import annotations

@@ -75,13 +75,13 @@ def game_registry():
 
 def run_trainer(file: str | Path, learner: str, teacher: str | None = None, max_tokens: int = 300,
                 temperature: float = 0.0) -> BasePlaypenTrainer:
-    from playpen.train import builders
+    from playpen.train import players
 
     cls = find_trainer_class(file)
-    learner_spec = builders.resolve_player(learner, "learner")  # both checked (keys too) before loading either
-    teacher_spec = builders.resolve_player(teacher, "teacher")
-    learner_model = builders.load_clemcore_model(learner_spec, max_tokens, temperature)
-    teacher_model = builders.load_clemcore_model(teacher_spec, max_tokens, temperature) if teacher_spec else None
+    learner_spec = players.resolve_player(learner, "learner")  # both checked (keys too) before loading either
+    teacher_spec = players.resolve_player(teacher, "teacher")
+    learner_model = players.load_clemcore_model(learner_spec, max_tokens, temperature)
+    teacher_model = players.load_clemcore_model(teacher_spec, max_tokens, temperature) if teacher_spec else None
     # upstream trainers take (learner) alone when there is no teacher, as upstream's `playpen run` calls them
     trainer = cls(learner_model, teacher_model) if teacher_model is not None else cls(learner_model)
     params = [p for p in inspect.signature(trainer.learn).parameters.values()

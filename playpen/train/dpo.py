@@ -20,7 +20,7 @@ from pathlib import Path
 from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json, atomic_write_text
-from playpen.train import builders, distributed, rollouts
+from playpen.train import data_files, distributed, modeling, rollouts
 from playpen.train.checkpoints import find_resume_checkpoint, load_state, remove_incomplete
 from playpen.train.metrics import metrics_callback
 from playpen.train.runner import Recipe, Session
@@ -38,7 +38,7 @@ class Config(rollouts.GameConfig):
 def _side(value, name: str) -> str | None:
     if isinstance(value, str):
         return None if value else f"'{name}' is empty"
-    problem = builders.check_messages(value, need_assistant=name != "prompt")
+    problem = data_files.check_messages(value, need_assistant=name != "prompt")
     return f"'{name}': {problem}" if problem else None
 
 
@@ -69,7 +69,7 @@ class DPO(Recipe):
         if cfg.data:
             if cfg.iterations != 1:
                 raise PlaypenError(f"{where}: iterations > 1 needs game play (set game, not data)")
-            builders.read_jsonl_rows(cfg.data, where, "data", _row_problem)
+            data_files.read_jsonl_rows(cfg.data, where, "data", _row_problem)
         else:
             rollouts.check_game(cfg, where)
 
@@ -103,9 +103,8 @@ class DPO(Recipe):
 
     def fit(self, session: Session):
         if session.cfg.data:
-            return self._train(session, _dataset(builders.read_jsonl_rows(session.cfg.data, session.where, "data",
-                                                                          _row_problem)),
-                               session.args, session.resume, step_offset=0)
+            rows = data_files.read_jsonl_rows(session.cfg.data, session.where, "data", _row_problem)
+            return self._train(session, _dataset(rows), session.args, session.resume, step_offset=0)
         return self._iterate(session)
 
     def _train(self, session: Session, dataset, args, resume: Path | None, step_offset: int, model=None,
@@ -225,7 +224,7 @@ def _load_round(session: Session, final: Path, model):
             return model, None
         return PeftModel.from_pretrained(model, str(final), is_trainable=True), None
     dtype = next(model.parameters()).dtype
-    return builders.load_model(str(final), None, dtype), session.peft_config
+    return modeling.load_model(str(final), None, dtype), session.peft_config
 
 
 def _save_weights(session: Session, model, folder: Path) -> None:

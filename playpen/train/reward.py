@@ -21,7 +21,7 @@ from pathlib import Path
 from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json
-from playpen.train import builders
+from playpen.train import modeling
 from playpen.train.runner import FINAL_DIR, Recipe, Session, TrainConfig
 
 EVAL_FILE = "reward_eval.json"
@@ -62,7 +62,7 @@ class Reward(Recipe):
                                f"(a playpen-records folder)")
         if cfg.game and not cfg.records:
             raise PlaypenError(f"{where}: game selects episodes from records; remove it or set records")
-        if (builders.resolve_model_spec(cfg.model).get("model_config") or {}).get("peft_model"):
+        if (modeling.resolve_model_spec(cfg.model).get("model_config") or {}).get("peft_model"):
             raise PlaypenError(f"{where}: model {cfg.model} is an adapter (peft_model); a reward model starts from "
                                f"full weights (its base model, or a merged model)")
         pairs = _pairs(cfg, where)
@@ -79,7 +79,7 @@ class Reward(Recipe):
             import torch
 
             dtype = torch.bfloat16
-        return builders.load_model(path, quantization, dtype, peft_model=adapter, num_labels=1)
+        return modeling.load_model(path, quantization, dtype, peft_model=adapter, num_labels=1)
 
     def fit(self, session: Session):
         from datasets import Dataset

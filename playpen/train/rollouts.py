@@ -15,7 +15,8 @@ from pathlib import Path
 from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.games.instances import generate_instances, instances_file, load_instances, pick_generated
-from playpen.train import builders, distributed
+from playpen.train import distributed, modeling
+from playpen.train.players import load_clemcore_model, resolve_teacher
 from playpen.train.runner import TrainConfig
 
 
@@ -61,7 +62,7 @@ def check_game(cfg: GameConfig, where: str) -> dict:
     if cfg.teacher and players == 1:
         raise PlaypenError(f"{where}: game {cfg.game} has a single player; a teacher has no role in it "
                            f"(remove teacher)")
-    builders.resolve_teacher(cfg.teacher)  # unknown name or missing key.json entry: one line, now
+    resolve_teacher(cfg.teacher)  # unknown name or missing key.json entry: one line, now
     if cfg.generate is not None and not isinstance(cfg.generate.get("seed"), int):
         raise PlaypenError(f"{where}: generate needs an integer seed, e.g. generate: {{seed: 7}}")
     train_instances(cfg)  # the instances file exists and parses, or the generator runs: before anything is written
@@ -73,7 +74,7 @@ def check_game(cfg: GameConfig, where: str) -> dict:
 
 def load_teacher(cfg: GameConfig):
     """LocalPolicy for a local Hugging Face teacher (frozen, eval mode); a clemcore Model for remote ones."""
-    spec = builders.resolve_teacher(cfg.teacher)
+    spec = resolve_teacher(cfg.teacher)
     if spec is None:
         return None
     if spec.get("backend") == "huggingface_local":
@@ -84,14 +85,14 @@ def load_teacher(cfg: GameConfig):
         quantization = "4bit" if model_config.get("load_in_4bit") else "8bit" if model_config.get("load_in_8bit") \
             else None
         dtype = torch.bfloat16 if distributed.has_cuda() else torch.float32
-        model = builders.load_model(spec["huggingface_id"], quantization, dtype,
+        model = modeling.load_model(spec["huggingface_id"], quantization, dtype,
                                     peft_model=model_config.get("peft_model"), trainable=False)
         model.requires_grad_(False)
         model.eval()
         if distributed.has_cuda() and not quantization:
             model.to(f"cuda:{distributed.dist_info()[2]}")
-        return LocalPolicy(model, builders.load_tokenizer(spec["huggingface_id"]), name=spec["model_name"])
-    return builders.load_clemcore_model(spec, cfg.max_new_tokens, 0.0)
+        return LocalPolicy(model, modeling.load_tokenizer(spec["huggingface_id"]), name=spec["model_name"])
+    return load_clemcore_model(spec, cfg.max_new_tokens, 0.0)
 
 
 @contextmanager

@@ -34,7 +34,7 @@ import yaml
 from playpen.config import bounded, dump_yaml, load_config, to_dict
 from playpen.errors import PlaypenError
 from playpen.storage import RunDir, atomic_write_json, atomic_write_text, checkpoints_in, exclusive_folder
-from playpen.train import METHODS, builders, distributed
+from playpen.train import METHODS, distributed, modeling, trl_args
 from playpen.train.checkpoints import (find_resume_checkpoint, load_state, remove_incomplete,
                                        resume_state_callback, truncate_jsonl)
 from playpen.train.metrics import CURVE_FILE, metrics_callback, plot_curve
@@ -108,7 +108,7 @@ class Recipe:
 
     def load_model(self, session: "Session", path: str, quantization: str | None, dtype, adapter: str | None):
         """The model `fit` trains: a causal LM (the reward recipe loads a sequence classifier instead)."""
-        return builders.load_model(path, quantization, dtype, peft_model=adapter)
+        return modeling.load_model(path, quantization, dtype, peft_model=adapter)
 
     def fit(self, session: "Session") -> Any:
         """Train; return the trainer whose model is saved as final."""
@@ -153,7 +153,7 @@ class Session:
         import trl
 
         cls = getattr(trl, self.recipe.trl_config)
-        return builders.trl_arguments(
+        return trl_args.trl_arguments(
             cls, {**self.cfg.trainer, **extra}, self.where, output_dir=output_dir or self.run.checkpoints,
             seed=self.cfg.seed, deepspeed=self.deepspeed, defaults=self.recipe.trainer_defaults(self.cfg),
             forced=self.recipe.forced(self.cfg))
@@ -215,7 +215,7 @@ def check_config(recipe: Recipe, cfg, where: str) -> str | None:
     """What the config says, checked without loading or writing anything (`playpen submit` runs this before it
     sends a job, the job again): `trainer:` and `lora:` keys and the TRL config built from them, the DeepSpeed
     file, and the key.json entry of a remote partner. Returns the DeepSpeed file's path."""
-    builders.check_trainer(recipe.trl_config, cfg.trainer, cfg.lora, where, seed=cfg.seed,
+    trl_args.check_trainer(recipe.trl_config, cfg.trainer, cfg.lora, where, seed=cfg.seed,
                            defaults=recipe.trainer_defaults(cfg), forced=recipe.forced(cfg))
     if cfg.quantization and cfg.lora is None:
         raise PlaypenError(f"{where}: quantization: {cfg.quantization} trains adapters only; set lora: {{}} "
@@ -224,7 +224,7 @@ def check_config(recipe: Recipe, cfg, where: str) -> str | None:
         from playpen.registry import check_remote_key, resolve_model
 
         check_remote_key(resolve_model(cfg.teacher), "teacher")
-    return builders.resolve_deepspeed(cfg.deepspeed, where)
+    return modeling.resolve_deepspeed(cfg.deepspeed, where)
 
 
 def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
@@ -233,8 +233,8 @@ def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
     where = str(config_path) if config_path else "overrides"
     # ---- check: nothing is written before all of this passed
     deepspeed = check_config(recipe, cfg, where)
-    builders.check_quantization(cfg.quantization)
-    spec = builders.resolve_model_spec(cfg.model)
+    modeling.check_quantization(cfg.quantization)
+    spec = modeling.resolve_model_spec(cfg.model)
     recipe.check(cfg, where)
     run_dir = RunDir.for_experiment(cfg.storage_root, cfg.experiment, run_id_of(method, cfg))
     changes = config_changes(run_dir, method, cfg)
@@ -386,16 +386,16 @@ def _build(session: Session) -> None:
     quantization = cfg.quantization or ("4bit" if model_config.get("load_in_4bit") else
                                         "8bit" if model_config.get("load_in_8bit") else None)
     if quantization != cfg.quantization:
-        builders.check_quantization(quantization)
+        modeling.check_quantization(quantization)
         cfg.quantization = quantization
-    dtype = builders.model_dtype(cfg.dtype, cfg.lora is None, session.deepspeed is not None)
-    session.tokenizer = builders.load_tokenizer(spec["huggingface_id"])
+    dtype = modeling.model_dtype(cfg.dtype, cfg.lora is None, session.deepspeed is not None)
+    session.tokenizer = modeling.load_tokenizer(spec["huggingface_id"])
     adapter = model_config.get("peft_model")
     session.model = session.recipe.load_model(session, spec["huggingface_id"], quantization, dtype, adapter)
     if adapter and cfg.lora is None:
         raise PlaypenError(f"{session.where}: model {cfg.model} is an adapter (peft_model); full-weight training "
                            f"needs lora: {{}} or a merged model")
-    session.peft_config = None if adapter else builders.lora_config(cfg.lora, session.model, session.where)
+    session.peft_config = None if adapter else modeling.lora_config(cfg.lora, session.model, session.where)
 
 
 def _prepare_run_dir(session: Session) -> None:

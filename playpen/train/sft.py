@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from playpen.config import bounded
-from playpen.train import builders
+from playpen.train import data_files
 from playpen.train.runner import Recipe, Session, TrainConfig
 
 
@@ -23,13 +23,13 @@ class Config(TrainConfig):
 
 
 def _row_problem(row: dict) -> str | None:
-    return builders.check_messages(row.get("messages"))
+    return data_files.check_messages(row.get("messages"))
 
 
 def _dataset(path: str, where: str, key: str, limit: int | None):
     from datasets import Dataset
 
-    rows = builders.read_jsonl_rows(path, where, key, _row_problem, limit)
+    rows = data_files.read_jsonl_rows(path, where, key, _row_problem, limit)
     return Dataset.from_list([{"messages": r["messages"]} for r in rows])
 
 
@@ -39,9 +39,9 @@ class SFT(Recipe):
     trl_config = "SFTConfig"
 
     def check(self, cfg: Config, where: str) -> None:
-        builders.read_jsonl_rows(cfg.data, where, "data", _row_problem, limit=cfg.max_rows)
+        data_files.read_jsonl_rows(cfg.data, where, "data", _row_problem, limit=cfg.max_rows)
         if cfg.eval_data:
-            builders.read_jsonl_rows(cfg.eval_data, where, "eval_data", _row_problem)
+            data_files.read_jsonl_rows(cfg.eval_data, where, "eval_data", _row_problem)
 
     def trainer_defaults(self, cfg: Config) -> dict:
         return {"assistant_only_loss": True, "max_length": 1024, "packing": False,

@@ -56,11 +56,11 @@ def play_policy(weights: str, adapter: str | None, tokenizer_from: str, pairs, t
     import torch
 
     from playpen.rollout import LocalPolicy, RolloutEngine
-    from playpen.train import builders
+    from playpen.train import modeling
 
-    model = builders.load_model(weights, None, torch.float32, peft_model=adapter, trainable=False)
+    model = modeling.load_model(weights, None, torch.float32, peft_model=adapter, trainable=False)
     model.eval()
-    policy = LocalPolicy(model, builders.load_tokenizer(tokenizer_from), name="policy")
+    policy = LocalPolicy(model, modeling.load_tokenizer(tokenizer_from), name="policy")
     engine = RolloutEngine(policy, None, max_new_tokens=max_new_tokens, temperature=temperature,
                            batch_size=32, progress=False, seed=0)
     episodes = engine.play(game, pairs)

@@ -30,7 +30,7 @@ def load_judge(judge, max_tokens: int = 300, temperature: float = 0.0):
     if judge == PROGRAMMATIC:
         return pr.judge_reply
     if isinstance(judge, str):
-        from playpen.train.builders import load_clemcore_model, resolve_player
+        from playpen.train.players import load_clemcore_model, resolve_player
 
         judge = load_clemcore_model(resolve_player(judge, "judge"), max_tokens, temperature)
     return lambda messages: judge.generate_response(messages)[2]

@@ -50,7 +50,7 @@ def check(cfg: TournamentConfig, where: str) -> None:
         raise PlaypenError(f"{where}: no judge: list at least one under judges: (a registry model or programmatic)")
     if not cfg.debaters or (cfg.game == "debate" and len(set(cfg.debaters)) < 2 and not cfg.self_play):
         raise PlaypenError(f"{where}: list at least two debaters (or one with self_play: true)")
-    from playpen.train.builders import resolve_player
+    from playpen.train.players import resolve_player
 
     for name in {*cfg.debaters, *cfg.judges} - {PROGRAMMATIC}:
         resolve_player(name, "tournament player")  # unknown names and missing keys: one line, before any play
@@ -71,7 +71,7 @@ def _model(name: str, cache: dict, cfg: TournamentConfig):
 
             cache[name] = expert_model()
         else:
-            from playpen.train.builders import load_clemcore_model, resolve_player
+            from playpen.train.players import load_clemcore_model, resolve_player
 
             cache[name] = load_clemcore_model(resolve_player(name, "tournament player"), cfg.max_tokens,
                                               cfg.temperature)

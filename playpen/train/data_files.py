@@ -1,0 +1,50 @@
+"""Training data files: jsonl rows, each checked by the caller's row check (errors name the file and line), and
+the check of a list of chat messages that SFT, DPO and reward data share.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from playpen.config import read_text
+from playpen.errors import PlaypenError
+
+
+def read_jsonl_rows(path: str | None, where: str, key: str, check_row, limit: int | None = None) -> list[dict]:
+    """Rows of a jsonl file, each checked by `check_row(row) -> error or None`; errors name the line."""
+    import json
+
+    if not path:
+        raise PlaypenError(f"{where}: {key} is required (a jsonl file)")
+    file = Path(path).expanduser()
+    try:
+        text = read_text(file, f"{key} file")
+    except PlaypenError as e:
+        raise PlaypenError(f"{where}: {e}") from None
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise PlaypenError(f"{file}:{number}: malformed JSON: {e.msg}") from None
+        problem = check_row(row) if isinstance(row, dict) else "expected a JSON object"
+        if problem:
+            raise PlaypenError(f"{file}:{number}: {problem}")
+        rows.append(row)
+        if limit and len(rows) >= limit:
+            break
+    if not rows:
+        raise PlaypenError(f"{where}: {key} file {path} holds no rows")
+    return rows
+
+
+def check_messages(messages, need_assistant: bool = True) -> str | None:
+    if not isinstance(messages, list) or not messages:
+        return "expected a non-empty list of chat messages"
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            return "every message needs string 'role' and 'content'"
+    if need_assistant and not any(m["role"] == "assistant" for m in messages):
+        return "no assistant message to learn from"
+    return None

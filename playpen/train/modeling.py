@@ -1,0 +1,183 @@
+"""The model being trained: its spec, bitsandbytes quantization, dtype, tokenizer, weights and LoRA, and the
+DeepSpeed config it is sharded by (processes and collectives: playpen.train.distributed).
+
+Small pure-ish functions, each checking its own input and failing with one PlaypenError line before anything
+is written. Heavy libraries are imported inside the functions.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+from playpen.config import check_keys, read_text
+from playpen.errors import PlaypenError
+from playpen.models import ensure_packaged_weights
+from playpen.registry import MODEL_REGISTRY_FILE, model_entries, resolve_model
+from playpen.train.distributed import dist_info, has_cuda
+
+# The seed's LoRA: `lora: {}` in a config means exactly this; keys given there override single fields.
+DEFAULT_LORA = dict(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")
+QUANTIZATION = ("4bit", "8bit")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+# ---------------------------------------------------------------- models
+
+def resolve_model_spec(name: str) -> dict:
+    """A registry entry (clemcore ModelSpec dict) or, for a local Hugging Face folder, a minimal spec for it."""
+    path = Path(name).expanduser()
+    if "/" in name and path.is_dir() and (path / "config.json").is_file():
+        return {"model_name": path.name, "backend": "huggingface_local", "huggingface_id": str(path.absolute()),
+                "model_config": {}}
+    if path.is_dir() and not (path / MODEL_REGISTRY_FILE).is_file() and name not in {e.name for e in model_entries()}:
+        raise PlaypenError(f"no config.json in {path.absolute()}: the folder holds no model; name a registered model "
+                           f"(`playpen list models`), a Hugging Face model folder or a training run folder")
+    spec = ensure_packaged_weights(resolve_model(name))  # playpen-tiny, smollm2-135m-instruct-q4: made on first use
+    if spec.get("backend") != "huggingface_local" or not spec.get("huggingface_id"):
+        raise PlaypenError(f"model '{name}' uses backend '{spec.get('backend')}'; only huggingface_local models "
+                           f"can be trained (pick a local model, e.g. playpen-tiny)")
+    return spec
+
+
+def check_quantization(quantization: str | None) -> None:
+    """Fail early, in one line, where bitsandbytes cannot load or cannot quantize on this machine."""
+    if quantization is None:
+        return
+    if quantization not in QUANTIZATION:
+        raise PlaypenError(f"quantization: expected one of {', '.join(QUANTIZATION)} or null, got {quantization!r}")
+    try:
+        import torch
+        import bitsandbytes.functional as F
+
+        probe = torch.randn(64, 64, device="cuda" if has_cuda() else "cpu")
+        if quantization == "4bit":
+            F.quantize_4bit(probe, quant_type="nf4")
+        else:
+            F.int8_vectorwise_quant(probe.half() if has_cuda() else probe)
+    except Exception as e:  # ImportError, missing native library, unsupported device ...
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise PlaypenError(f"quantization: {quantization} needs bitsandbytes, which cannot load here ({reason}); "
+                           f"set quantization=null or install a working bitsandbytes") from None
+
+
+def bnb_config(quantization: str, compute_dtype):
+    from transformers import BitsAndBytesConfig
+
+    if quantization == "4bit":
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                  bnb_4bit_compute_dtype=compute_dtype, bnb_4bit_quant_storage=compute_dtype)
+    return BitsAndBytesConfig(load_in_8bit=True)
+
+
+def model_dtype(dtype: str, full_finetune: bool, deepspeed: bool):
+    """"auto": float32 on CPU; bfloat16 on GPUs for adapters and DeepSpeed, float32 master weights otherwise."""
+    import torch
+
+    names = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype != "auto":
+        if dtype not in names:
+            raise PlaypenError(f"dtype: expected auto, {', '.join(names)}; got {dtype!r}")
+        return names[dtype]
+    if not has_cuda():
+        return torch.float32
+    if full_finetune and not deepspeed:
+        return torch.float32
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer.chat_template is None:
+        raise PlaypenError(f"model {path} has no chat template; playpen trains chat models only")
+    return tokenizer
+
+
+def load_model(path: str, quantization: str | None, dtype, peft_model: str | None = None, trainable: bool = True,
+               num_labels: int | None = None):
+    """AutoModelForCausalLM (optionally 4/8-bit), plus an existing adapter when the spec names one; with
+    `num_labels` an AutoModelForSequenceClassification with that many outputs (reward models)."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    kwargs: dict[str, Any] = {"dtype": dtype}
+    if num_labels is not None:
+        kwargs["num_labels"] = num_labels
+    if quantization:
+        kwargs["quantization_config"] = bnb_config(quantization, dtype)
+        if has_cuda():
+            kwargs["device_map"] = {"": dist_info()[2]}
+    auto_class = AutoModelForCausalLM if num_labels is None else AutoModelForSequenceClassification
+    model = auto_class.from_pretrained(path, **kwargs)
+    if quantization == "4bit" and not has_cuda():
+        # bitsandbytes repacks 4-bit weights into an inference-only CPU format on the first eval-mode no-grad
+        # forward (rollouts!); training afterwards breaks on layers with a bias. Keep the trainable format.
+        for module in model.modules():
+            if hasattr(module, "support_avx512bf16_for_cpu"):
+                module.support_avx512bf16_for_cpu = False
+    if peft_model:
+        from peft import PeftModel
+
+        if not Path(peft_model).is_dir():
+            raise PlaypenError(f"model_config.peft_model {peft_model} does not exist")
+        model = PeftModel.from_pretrained(model, peft_model, is_trainable=trainable)
+    model.config.use_cache = not trainable
+    return model
+
+
+def linear_module_names(model) -> list[str]:
+    import torch
+
+    names = set()
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) or type(module).__name__ in ("Linear4bit", "Linear8bitLt"):
+            names.add(name.rsplit(".", 1)[-1])
+    return sorted(names)
+
+
+def lora_config(section: dict | None, model, where: str):
+    """LoraConfig from the seed default + `lora:` keys; target modules must exist in the model."""
+    from peft import LoraConfig
+
+    if section is None:
+        return None
+    check_keys(section, {f.name for f in dataclasses.fields(LoraConfig) if f.init}, f"{where}: lora")
+    values = {**DEFAULT_LORA, **section}
+    targets = values.get("target_modules")
+    module_names = [name for name, _ in model.named_modules()]
+    linear = linear_module_names(model)
+    if isinstance(targets, str) and targets != "all-linear":
+        if not any(re.fullmatch(targets, name) for name in module_names):
+            raise PlaypenError(f"{where}: lora.target_modules pattern {targets!r} matches no module of the model; "
+                               f"its linear layers are: {', '.join(linear)}")
+    elif isinstance(targets, (list, tuple)):
+        missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in module_names)]
+        if missing:
+            raise PlaypenError(f"{where}: lora.target_modules {', '.join(missing)} not found in the model; "
+                               f"its linear layers are: {', '.join(linear)}")
+    try:
+        return LoraConfig(**values)
+    except (TypeError, ValueError) as e:
+        raise PlaypenError(f"{where}: lora: {e}") from None
+
+
+# ---------------------------------------------------------------- DeepSpeed
+
+def resolve_deepspeed(path: str | None, where: str) -> str | None:
+    """A DeepSpeed JSON path: as given, relative to the working directory, or to the playpen checkout."""
+    if not path:
+        return None
+    for candidate in (Path(path).expanduser(), REPO_ROOT / path):
+        if candidate.exists():
+            import json
+
+            try:
+                json.loads(read_text(candidate, "deepspeed config"))
+            except json.JSONDecodeError as e:
+                raise PlaypenError(f"{candidate}:{e.lineno}:{e.colno}: malformed DeepSpeed JSON: {e.msg}") from None
+            return str(candidate.absolute())
+    raise PlaypenError(f"{where}: deepspeed config {path} not found (e.g. configs/deepspeed/zero2.json)")
