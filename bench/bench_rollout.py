@@ -1,7 +1,9 @@
 """Rollout throughput: playpen's RolloutEngine vs clemcore's own runners → bench/results/rollout.md.
 
     python bench/bench_rollout.py [--episodes 64] [--max-new-tokens 24] [--batch-sizes 16 64] [--repeats 3]
-                                  [--threads 1 2]
+                                  [--threads 1 2] [--model playpen-tiny] [--game wordle]
+    python bench/bench_rollout.py --model runs/.../checkpoints/checkpoint-N   # a real model's checkpoint
+                                                              # → bench/results/rollout-<model>.md
 
 Same model object (playpen-tiny loaded once through clemcore's huggingface_local backend, exactly as `clem run`
 loads it; the engine wraps the very same weights and tokenizer), same game (wordle), same instances (the first N
@@ -48,8 +50,15 @@ def parse_args():
     p.add_argument("--repeats", type=int, default=3, help="interleaved timed rounds; the median is reported")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                    help="torch thread counts to measure (clemcore's huggingface backend sets 1)")
-    p.add_argument("--out", type=Path, default=RESULTS)
-    return p.parse_args()
+    p.add_argument("--model", default="playpen-tiny",
+                   help="registry name, run folder or checkpoint (what `playpen eval` takes)")
+    p.add_argument("--out", type=Path, default=None, help="default bench/results/rollout.md for playpen-tiny, "
+                   "else rollout-<model>.md")
+    args = p.parse_args()
+    if args.out is None:
+        slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in Path(args.model).name)
+        args.out = RESULTS if args.model == "playpen-tiny" else RESULTS.with_name(f"rollout-{slug}.md")
+    return args
 
 
 def clem_stats(results: Path) -> dict[int, tuple[int, str]]:
@@ -70,19 +79,18 @@ def main() -> None:
     from clemcore.clemgame.callbacks.files import PlayerFileSaver
     from clemcore.clemgame.runners import batchwise, sequential
 
-    from playpen.models.tiny import ensure_tiny_model
+    from playpen.eval.models import resolve_eval_model
     from playpen.games.instances import load_benchmark, load_instances
     from playpen.games.registry import resolve_game
-    from playpen.registry import resolve_model
+    from playpen.models import ensure_packaged_weights
     from playpen.rollout import LocalPolicy, RolloutEngine
 
-    ensure_tiny_model()
-    spec = ModelSpec.from_dict(resolve_model("playpen-tiny"))
+    spec = ModelSpec.from_dict(ensure_packaged_weights(resolve_eval_model(args.model)))
     clem_model = BackendRegistry.from_packaged_and_cwd_files().get_backend_for("huggingface_local") \
         .get_model_for(spec)
     clem_model.set_gen_args(temperature=0.0, max_tokens=args.max_new_tokens)
     # clemcore's backend pins torch to 1 thread; each section below sets the same count for every runner
-    policy = LocalPolicy(clem_model.model, clem_model.tokenizer, name="playpen-tiny")
+    policy = LocalPolicy(clem_model.model, clem_model.tokenizer, name=spec.model_name)
     positions = [0]  # token positions forwarded through the model (padding included): the compute that was done
 
     def count(module, args_, kwargs):
@@ -98,7 +106,7 @@ def main() -> None:
 
     def clem(runner: str, batch_size: int, n_rows=rows):
         out = scratch / f"clem-{runner}-{batch_size}-{time.time_ns()}"
-        folder = ResultsFolder(out, run_dir="playpen-tiny")
+        folder = ResultsFolder(out, run_dir=spec.model_name)
         infos = Model.to_infos([clem_model])
         callbacks = GameBenchmarkCallbackList([
             InstanceFileSaver(folder), ExperimentFileSaver(folder, player_model_infos=infos),
@@ -149,18 +157,22 @@ def main() -> None:
 
     build = json.loads((Path(spec.huggingface_id) / "playpen_build.json").read_text()) \
         if (Path(spec.huggingface_id) / "playpen_build.json").is_file() else {}
+    parameters = sum(p.numel() for p in clem_model.model.parameters())
+    adapter = (getattr(spec, "model_config", None) or {}).get("peft_model")
+    about = f"{args.model} ({parameters:,} parameters" + (f", LoRA adapter {adapter}" if adapter else "") + \
+        (f", {build['recipe']['steps']} pretraining steps" if build.get("recipe") else "") + ")"
     lines = [
         "# Rollout throughput: playpen RolloutEngine vs clemcore's runners",
         "",
         f"`python bench/bench_rollout.py --episodes {args.episodes} --max-new-tokens {args.max_new_tokens} "
         f"--batch-sizes {' '.join(map(str, args.batch_sizes))} --repeats {args.repeats} "
-        f"--threads {' '.join(map(str, args.threads))}` — {datetime.now().strftime('%Y-%m-%d %H:%M')}",
+        f"--threads {' '.join(map(str, args.threads))} --model {args.model} --game {args.game}` — "
+        f"{datetime.now().strftime('%Y-%m-%d %H:%M')}",
         "",
         f"- machine: {platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, no GPU; other "
         f"jobs share this machine, so every runner is timed in each of {args.repeats} interleaved rounds and the "
         f"median is reported (range in brackets)",
-        f"- model: playpen-tiny ({build.get('parameters', '?'):,} parameters, "
-        f"{build.get('recipe', {}).get('steps', '?')} pretraining steps), loaded once through clemcore's "
+        f"- model: {about}, loaded once through clemcore's "
         f"huggingface_local backend (as `clem run` loads it); the engine wraps the same model object",
         f"- game: {args.game}, the first {len(rows)} train instances, one episode each; greedy, "
         f"max_new_tokens={args.max_new_tokens}; every runner writes its records (clemcore: `clem run`'s file "
@@ -170,7 +182,8 @@ def main() -> None:
         "",
     ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines + [line for sec in sections for line in sec] + NOTES))
+    notes = NOTES + (TINY_NOTES if args.model == "playpen-tiny" else [""])
+    args.out.write_text("\n".join(lines + [line for sec in sections for line in sec] + notes))
     print(f"wrote {args.out}")
 
 
@@ -182,6 +195,8 @@ NOTES = [
     "  the episodes share once, and pads less. \"no KV reuse\" re-encodes like clemcore (as many positions or a",
     "  few more: episodes joining mid-batch pad to the longest history) and shows that without the cache the",
     "  engine's batching and scheduling are worth about as much as clemcore's batchwise runner.",
+]
+TINY_NOTES = [
     "- The tiny model (~1M parameters) on CPU is compute-bound per token even at batch 1 on one thread, so",
     "  batching buys clemcore only ~2× over its sequential runner here; the engine's further gain is the tokens",
     "  it does not re-encode. With 2 threads on a machine shared with other jobs small ops stall on thread",
