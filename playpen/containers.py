@@ -1,4 +1,4 @@
-"""Apptainer images pinned from one lockfile, and the `apptainer exec` prefix jobs run behind.
+"""Apptainer images pinned from one lockfile (running a job inside one: playpen.submit.container).
 
 requirements/lock.txt is the single source of versions. From it this module renders
 containers/playpen.def (CUDA) and containers/playpen-cpu.def out of containers/playpen.def.in, plus
@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +43,6 @@ PREBUILT_DS_OPS = {"CPU_ADAM": "cpu_adam", "FUSED_ADAM": "fused_adam", "UTILS": 
 REQUIRED_SECTIONS = ("files", "post", "environment", "test", "labels", "help", "runscript")
 KNOWN_SECTIONS = {"setup", "files", "post", "environment", "runscript", "startscript", "test", "labels", "help",
                   "arguments", "appinstall", "appfiles", "appenv", "apprun", "applabels", "apphelp", "apptest"}
-RUNTIMES = ("apptainer", "singularity")
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s=<>!~*;,]+)$")
 BUILD_ARG = re.compile(r"{{\s*(\w+)\s*}}")
 # pip/uv options whose value is the next token (so it is not mistaken for a package)
@@ -319,35 +317,6 @@ def check(root: Path = REPO) -> list[str]:
         if not (root / path).exists() or (root / path).read_text() != text:
             errors.append(f"{path} differs from what {LOCK} renders to: run `make lock` (requirements/lock.sh)")
     return errors
-
-
-def exec_prefix(image: str, binds: list[str], gpus: bool, runtime: str = "apptainer",
-                env: dict[str, str] | None = None) -> list[str]:
-    """`apptainer exec` argv a job command is appended to.
-
-    No --cleanenv, on purpose: submitit, torch.distributed and NCCL read SLURM_*, MASTER_ADDR etc. from the
-    job's environment, which must reach the container. The image guards its own Python instead (%environment:
-    PYTHONNOUSERSITE=1, PYTHONPATH unset), and `env` (--env, which wins over %environment) sets the rest.
-    """
-    if runtime not in RUNTIMES:
-        raise ValueError(f"container runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
-    argv = [runtime, "exec"] + (["--nv"] if gpus else [])
-    for bind in binds:
-        if "," in bind or not bind:  # apptainer splits --bind on commas
-            raise ValueError(f"bind {bind!r}: expected src[:dest[:opts]] without commas")
-    if binds:
-        argv += ["--bind", ",".join(binds)]
-    for key, value in (env or {}).items():
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key) or re.search(r"[,\n]", value):
-            # --env splits on commas too; such values belong in an --env-file
-            raise ValueError(f"env {key}={value!r}: a variable name and a value without commas or newlines")
-        argv += ["--env", f"{key}={value}"]
-    return argv + [image]
-
-
-def find_runtime() -> str | None:
-    """apptainer, else singularity (older clusters), else None."""
-    return next((name for name in RUNTIMES if shutil.which(name)), None)
 
 
 def main(argv: list[str]) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from playpen import containers as c
+from playpen.submit.container import exec_prefix, find_runtime
 
 REPO = Path(__file__).resolve().parents[1]
 LOCK = c.read_lock(REPO / c.LOCK)
@@ -220,14 +221,14 @@ def test_build_invokes_the_runtime_with_build_args_and_prints_path_and_size(tmp_
     assert re.fullmatch(rf"image: {re.escape(str(image))} \([0-9.]+[KMG]\)", result.stdout.splitlines()[-1])
 
 
-# --- what the submit layer puts in front of a job -------------------------------------------------------------
+# --- what the submit layer puts in front of a job (playpen.submit.container) ----------------------------------
 
 def test_exec_prefix_for_gpu_and_cpu_jobs():
-    assert c.exec_prefix("/img/playpen.sif", ["/scratch/u:/scratch/playpen", "/data:/data:ro"], gpus=True,
-                         env={"HF_HOME": "/scratch/playpen/hf", "NCCL_DEBUG": "WARN"}) == [
+    assert exec_prefix("/img/playpen.sif", ["/scratch/u:/scratch/playpen", "/data:/data:ro"], gpus=True,
+                       env={"HF_HOME": "/scratch/playpen/hf", "NCCL_DEBUG": "WARN"}) == [
         "apptainer", "exec", "--nv", "--bind", "/scratch/u:/scratch/playpen,/data:/data:ro",
         "--env", "HF_HOME=/scratch/playpen/hf", "--env", "NCCL_DEBUG=WARN", "/img/playpen.sif"]
-    assert c.exec_prefix("p.sif", [], gpus=False, runtime="singularity") == ["singularity", "exec", "p.sif"]
+    assert exec_prefix("p.sif", [], gpus=False, runtime="singularity") == ["singularity", "exec", "p.sif"]
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -239,7 +240,7 @@ def test_exec_prefix_for_gpu_and_cpu_jobs():
 def test_exec_prefix_rejects_what_apptainer_would_misparse(kwargs, message):
     args = {"image": "p.sif", "binds": [], "gpus": False, **kwargs}
     with pytest.raises(ValueError, match=message):
-        c.exec_prefix(**args)
+        exec_prefix(**args)
 
 
 def test_find_runtime_prefers_apptainer(tmp_path, monkeypatch):
@@ -247,6 +248,6 @@ def test_find_runtime_prefers_apptainer(tmp_path, monkeypatch):
         (tmp_path / name).write_text("#!/bin/sh\n")
         (tmp_path / name).chmod(0o755)
         monkeypatch.setenv("PATH", str(tmp_path))
-        assert c.find_runtime() == name
+        assert find_runtime() == name
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert c.find_runtime() is None
+    assert find_runtime() is None

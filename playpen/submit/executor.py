@@ -23,6 +23,7 @@ import submitit
 from submitit.slurm.slurm import SlurmExecutor
 
 from playpen.errors import PlaypenError
+from playpen.submit.container import exec_prefix, find_runtime
 from playpen.submit.profiles import ClusterProfile, job_submission_env, parse_time_min
 
 EXECUTORS = ("slurm", "local")
@@ -140,8 +141,6 @@ def check_container(profile: ClusterProfile) -> ClusterProfile:
         raise PlaypenError(f"container image {image} not found (build it with `make image`, or pass "
                            f"--container none to run without one)")
     if shutil.which(profile.container.runtime) is None:
-        from playpen.containers import find_runtime
-
         found = find_runtime()
         if found is None:
             raise PlaypenError("container image given, but neither apptainer nor singularity is on PATH "
@@ -166,8 +165,6 @@ def python_command(profile: ClusterProfile, storage_root: Path, gpus: bool, loca
     c = profile.container
     if c.image is None:
         return None
-    from playpen.containers import exec_prefix
-
     binds = container_binds(profile, storage_root)
     if local:
         binds = [os.path.expandvars(b) for b in binds]
