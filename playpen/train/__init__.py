@@ -8,7 +8,7 @@ Rerunning the same call resumes from the last checkpoint in the same run directo
 
 Modules: `modeling` (model spec, tokenizer, weights, LoRA, quantization, DeepSpeed config), `trl_args` (TRL's
 arguments from `trainer:`), `players` (teachers and other clemcore players), `data_files` (jsonl rows, chat
-messages), `rollouts` (what GRPO and DPO share about playing games), `runner` (the life cycle every method
+messages), `game_play` (what GRPO and DPO share about playing games), `runner` (the life cycle every method
 shares), `sft`, `dpo`, `grpo` (one recipe each), `checkpoints` (find, validate, resume state), `metrics`
 (metrics.jsonl, tensorboard, learning curve), `base` (BasePlaypenTrainer for `playpen run`).
 This file stays light: torch and TRL are imported only when training starts.

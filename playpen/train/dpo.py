@@ -20,14 +20,14 @@ from pathlib import Path
 from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json, atomic_write_text
-from playpen.train import data_files, distributed, modeling, rollouts
+from playpen.train import data_files, distributed, game_play, modeling
 from playpen.train.checkpoints import find_resume_checkpoint, load_state, remove_incomplete
 from playpen.train.metrics import metrics_callback
 from playpen.train.runner import Recipe, Session
 
 
 @dataclass
-class Config(rollouts.GameConfig):
+class Config(game_play.GameConfig):
     data: str | None = None             # static preference jsonl; or leave it out and set game:
     iterations: int = bounded(1, ge=1)  # rollout mode: rounds of play → pairs → DPO
     # branch factor: episodes per instance sharing a prefix
@@ -71,7 +71,7 @@ class DPO(Recipe):
                 raise PlaypenError(f"{where}: iterations > 1 needs game play (set game, not data)")
             data_files.read_jsonl_rows(cfg.data, where, "data", _row_problem)
         else:
-            rollouts.check_game(cfg, where)
+            game_play.check_game(cfg, where)
 
     def trainer_defaults(self, cfg: Config) -> dict:
         return {"beta": 0.1, "max_length": 1024, "learning_rate": 5e-6}
@@ -122,8 +122,8 @@ class DPO(Recipe):
 
     def _iterate(self, session: Session):
         cfg, run = session.cfg, session.run
-        instances = rollouts.train_instances(cfg, run.path if session.is_main else None)
-        teacher = rollouts.load_teacher(cfg)
+        instances = game_play.train_instances(cfg, run.path if session.is_main else None)
+        teacher = game_play.load_teacher(cfg)
         model, peft_config, trainer, offset = session.model, session.peft_config, None, 0
         for k in range(cfg.iterations):
             folder = _iter_dir(run, k)
@@ -169,15 +169,15 @@ class DPO(Recipe):
         policy = LocalPolicy(model, session.tokenizer, name=cfg.model.replace("/", "_"))
         engine = RolloutEngine(learner=policy, teacher=teacher, max_new_tokens=cfg.max_new_tokens,
                                temperature=cfg.temperature, batch_size=cfg.rollout_batch_size)
-        tag = rollouts.records_tag("iter", k, session.rank, session.world_size)
-        rollouts.clear_records(session.run.records, lambda prefix, step: prefix == "iter" and step == k)
+        tag = game_play.records_tag("iter", k, session.rank, session.world_size)
+        game_play.clear_records(session.run.records, lambda prefix, step: prefix == "iter" and step == k)
         episodes = engine.branch(cfg.game, shard, branch_factor=cfg.group_size, records_dir=session.run.records,
                                  records_tag=tag)
-        if failure := rollouts.partner_failure(cfg, episodes, f"of round {k}"):
+        if failure := game_play.partner_failure(cfg, episodes, f"of round {k}"):
             raise PlaypenError(f"{failure} (records: {session.run.records})")
         model.train(was_training)
         pairs = _gather(session, [_plain_pair(p) for p in preference_pairs(episodes)])
-        stats = _gather(session, [rollouts.episode_stats(episodes) | {"n": len(episodes)}])
+        stats = _gather(session, [game_play.episode_stats(episodes) | {"n": len(episodes)}])
         if session.is_main:
             n = sum(s["n"] for s in stats) or 1
             row = {key: sum(s[key] * s["n"] for s in stats) / n for key in stats[0] if key != "n"}

@@ -22,12 +22,12 @@ from itertools import groupby
 from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json, read_jsonl
-from playpen.train import distributed, learned_reward, rollouts
+from playpen.train import distributed, game_play, learned_reward
 from playpen.train.runner import Recipe, Session
 
 
 @dataclass
-class Config(rollouts.GameConfig):
+class Config(game_play.GameConfig):
     """Keys of GameConfig and TrainConfig, plus a learned reward (learned_reward.py); `trainer:` takes
     trl.GRPOConfig keys."""
 
@@ -77,8 +77,8 @@ class GameRollouts:
             chosen, group = [self.instances[i] for i, _ in runs], sizes.pop()
         else:  # a group split across processes: one episode per prompt
             chosen, group = [self.instances[i] for i in indices], 1
-        tag = rollouts.records_tag("step", trainer.state.global_step, session.rank, session.world_size)
-        with rollouts.model_for_play(trainer) as model:
+        tag = game_play.records_tag("step", trainer.state.global_step, session.rank, session.world_size)
+        with game_play.model_for_play(trainer) as model:
             was_training = model.training
             policy = self.policy(model)
             # seeded by (seed, rollout number, rank): a resumed run replays exactly the rollouts it lost
@@ -89,7 +89,7 @@ class GameRollouts:
                                    records_tag=tag, wait_for_records=False)
             self._writing = engine
             model.train(was_training)
-        if failure := rollouts.partner_failure(cfg, episodes, f"of step {trainer.state.global_step}"):
+        if failure := game_play.partner_failure(cfg, episodes, f"of step {trainer.state.global_step}"):
             self.finish_records()  # their error.json files say what the teacher answered
             raise PlaypenError(f"{failure} (records: {session.run.records})")
         if len(episodes) != len(prompts):
@@ -104,7 +104,7 @@ class GameRollouts:
             "logprobs": [list(t.logprobs) if t.logprobs is not None else [0.0] * len(t.completion_ids)
                          for t in seqs],
             "env_mask": [list(t.env_mask) for t in seqs],
-            "episode": [{"reward": float(e.reward), "score": rollouts.main_score(e), "aborted": bool(e.aborted),
+            "episode": [{"reward": float(e.reward), "score": game_play.main_score(e), "aborted": bool(e.aborted),
                          "success": bool(e.success), "turns": int(e.num_turns)} for e in episodes],
         }
 
@@ -168,12 +168,12 @@ def _validation_callback(session: Session, metrics, val_instances: list, teacher
                 return
             done.add(step)
             shard = val_instances[session.rank::session.world_size]
-            with rollouts.model_for_play(self.trainer) as m:
+            with game_play.model_for_play(self.trainer) as m:
                 was_training = m.training
                 m.eval()
                 policy = LocalPolicy(m, session.tokenizer, name=cfg.model.replace("/", "_"))
-                tag = rollouts.records_tag("validation", step, session.rank, session.world_size)
-                stats = rollouts.play_validation(policy, cfg, shard, teacher, session.run.records, tag) \
+                tag = game_play.records_tag("validation", step, session.rank, session.world_size)
+                stats = game_play.play_validation(policy, cfg, shard, teacher, session.run.records, tag) \
                     if shard else {}
                 m.train(was_training)
             parts = distributed.all_gather((stats, len(shard)))
@@ -219,7 +219,7 @@ class GRPO(Recipe):
     def check(self, cfg: Config, where: str) -> None:
         learned_reward.check(cfg, where)  # (trainer.beta >= 0 is checked with every trainer: value)
         if not cfg.prompts:
-            rollouts.check_game(cfg, where)
+            game_play.check_game(cfg, where)
 
     def trainer_defaults(self, cfg: Config) -> dict:
         return {"per_device_train_batch_size": cfg.group_size, "beta": 0.04, "learning_rate": 1e-5,
@@ -243,17 +243,17 @@ class GRPO(Recipe):
             return learned_reward.fit_on_prompts(session)
         if session.is_main:  # rollouts after the resumed checkpoint are replayed: their records go first
             step = session.state["step"]
-            rollouts.clear_records(session.run.records, lambda prefix, n: (prefix == "step" and n >= step) or
+            game_play.clear_records(session.run.records, lambda prefix, n: (prefix == "step" and n >= step) or
                                    (prefix == "validation" and n > step))
         session.barrier()
-        instances = rollouts.train_instances(cfg, session.run.path if session.is_main else None)
-        teacher = rollouts.load_teacher(cfg)
+        instances = game_play.train_instances(cfg, session.run.path if session.is_main else None)
+        teacher = game_play.load_teacher(cfg)
         game = GameRollouts(session, instances, teacher)
         dataset = Dataset.from_list([{"prompt": instance_key(i, exp, inst)} for i, (exp, inst) in enumerate(instances)])
         callbacks = session.callbacks(extra_state=game.state, resumed_step=session.state["step"])
         validation = None
         if cfg.validation_instances:
-            val_instances = rollouts.select_instances(cfg, "validation", cfg.validation_instances)
+            val_instances = game_play.select_instances(cfg, "validation", cfg.validation_instances)
             validation = _validation_callback(session, callbacks[0], val_instances, teacher)
             callbacks.insert(0, validation)  # its end-of-training row lands before metrics closes tensorboard
         callbacks.insert(0, _records_written_callback(game))  # before the checkpoint's state file says "done"
