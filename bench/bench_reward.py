@@ -1,6 +1,8 @@
 """The offline "make it positive" chain end to end → bench/results/reward.md + reward.png.
 
     python bench/bench_reward.py [--rm-steps N] [--rl-steps N] [--beta B] [--meter-samples 32]   (default: the configs')
+    python bench/bench_reward.py --model smol-135m --rl-lr 2e-4 ...   # the real model writes the clues and learns
+                                                                     # → bench/results/reward-smol-135m.md
 
 Each step is the documented command, run as its own process (configs/reward/tiny_sentiment.yaml lists them):
 1. label: `playpen meter playpen-tiny --classifier vader` on the taboo describer train prompts (8 clues each):
@@ -31,7 +33,19 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 TRAIN_PROMPTS = "configs/reward/prompts/taboo_describer_train.jsonl"
 VAL_PROMPTS = "configs/reward/prompts/taboo_describer_validation.jsonl"
-RM_NAME, RL_NAME = "tiny-sentiment-rm-v1", "tiny-sentiment-rl-v1"
+
+
+class Names:
+    """Who generates (and learns), and the runs' names: tiny-sentiment-rm/-rl for playpen-tiny as the configs
+    have them, <model>-sentiment-rm/-rl otherwise (registered as <experiment>-v1)."""
+
+    def __init__(self, model: str):
+        self.model = model
+        prefix = "tiny" if model == "playpen-tiny" else "".join(c if c.isalnum() or c in "-_." else "-" for c in model)
+        self.rm_exp, self.rl_exp = f"{prefix}-sentiment-rm", f"{prefix}-sentiment-rl"
+        self.rm, self.rl = f"{self.rm_exp}-v1", f"{self.rl_exp}-v1"
+        self.file = model  # playpen meter's file stem for the generator (its _slug keeps these names)
+        self.results = "reward" if model == "playpen-tiny" else f"reward-{prefix}"
 
 
 def parse_args():
@@ -43,6 +57,11 @@ def parse_args():
     p.add_argument("--meter-samples", type=int, default=32)
     p.add_argument("--storage", type=Path, default=None, help="run folder (default: a fresh temporary one)")
     p.add_argument("--report-only", action="store_true", help="rewrite the report from --storage's finished runs")
+    p.add_argument("--model", default="playpen-tiny", help="the generator: writes the clues, learns, is metered")
+    p.add_argument("--rm-model", default="playpen-tiny", help="the reward model's base (default playpen-tiny)")
+    p.add_argument("--rl-lr", type=float, default=None, help="GRPO learning rate (default: the config's)")
+    p.add_argument("--rl-batch", type=int, default=None, help="GRPO completions per step (default: the config's)")
+    p.add_argument("--threads", type=int, default=None, help="cpu_threads of both runs (default: the configs')")
     return p.parse_args()
 
 
@@ -81,7 +100,7 @@ def curve(metrics: Path) -> list[dict]:
     return [by_step[s] for s in sorted(by_step)]
 
 
-def plot(rows: list[dict], vader: Path, out: Path) -> None:
+def plot(rows: list[dict], vader: Path, out: Path, names: Names) -> None:
     import csv
 
     import matplotlib
@@ -101,7 +120,7 @@ def plot(rows: list[dict], vader: Path, out: Path) -> None:
     handles = left.get_legend_handles_labels()[0] + kl_axis.get_legend_handles_labels()[0]
     left.legend(handles, [h.get_label() for h in handles], loc="upper left", fontsize=8)
     left.set_title("RL against the reward model", fontsize=10)
-    for name, color in (("playpen-tiny", "tab:blue"), (RL_NAME, "tab:orange")):
+    for name, color in ((names.file, "tab:blue"), (names.rl, "tab:orange")):
         with (vader / f"{name}.completions.csv").open() as f:
             scores = [float(r["score"]) for r in csv.DictReader(f)]
         summary = load(vader / f"{name}.summary.json")
@@ -117,7 +136,7 @@ def plot(rows: list[dict], vader: Path, out: Path) -> None:
     plt.close(fig)
 
 
-def word_shift(folder: Path, top: int = 6) -> list[tuple[str, float, int, int]]:
+def word_shift(folder: Path, names: Names, top: int = 6) -> list[tuple[str, float, int, int]]:
     """The VADER lexicon words whose use changed most between base and trained clues: (word, valence, base
     count, trained count), most grown first."""
     import csv
@@ -128,7 +147,7 @@ def word_shift(folder: Path, top: int = 6) -> list[tuple[str, float, int, int]]:
 
     lexicon = SentimentIntensityAnalyzer().lexicon
     counts = []
-    for name in ("playpen-tiny", RL_NAME):
+    for name in (names.file, names.rl):
         with (folder / f"{name}.completions.csv").open() as f:
             counts.append(Counter(w for r in csv.DictReader(f) for w in re.findall(r"[a-z']+", r["completion"].lower())
                                   if w in lexicon))
@@ -144,20 +163,21 @@ def clue_format(folder: Path, name: str) -> float:
     return sum(r["completion"].startswith("CLUE:") for r in rows) / len(rows)
 
 
-def report(args, storage: Path, times: dict, load_avg: float) -> str:
-    rm_steps = config_value(storage, "tiny-sentiment-rm", "max_steps")
-    rl_steps, beta = (config_value(storage, "tiny-sentiment-rl", k) for k in ("max_steps", "beta"))
-    rm_eval = load(storage / "tiny-sentiment-rm" / "v1" / "reward_eval.json")
-    rows = curve(storage / "tiny-sentiment-rl" / "v1" / "metrics.jsonl")
+def report(args, storage: Path, times: dict, load_avg: float, names: Names) -> str:
+    rm_steps = config_value(storage, names.rm_exp, "max_steps")
+    rl_steps, beta, lr = (config_value(storage, names.rl_exp, k) for k in ("max_steps", "beta", "learning_rate"))
+    rm_eval = load(storage / names.rm_exp / "v1" / "reward_eval.json")
+    rows = curve(storage / names.rl_exp / "v1" / "metrics.jsonl")
     vader, learned = storage / "meter-vader", storage / "meter-rm"
     k = max(1, len(rows) // 6)
     first, last = rows[:k], rows[-k:]
     kls = [r["kl"] for r in rows]
     lines = [f"# Reward models end to end (generated {datetime.now():%Y-%m-%d %H:%M})", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-             f"`python bench/bench_reward.py` (reward model {rm_steps} steps, GRPO {rl_steps} steps, beta {beta}) "
+             f"`python bench/bench_reward.py {' '.join(sys.argv[1:])}` (reward model on {args.rm_model}, "
+             f"{rm_steps} steps; GRPO of {names.model}, {rl_steps} steps, learning rate {lr:g}, beta {beta}) "
              f"(load average at start: {load_avg:.1f} — other jobs on a shared machine inflate times).", "",
-             "The trlX \"make reviews positive\" tutorial in miniature, offline: playpen-tiny writes taboo clues "
+             f"The trlX \"make reviews positive\" tutorial in miniature, offline: {names.model} writes taboo clues "
              "(`CLUE: ...`); VADER (vaderSentiment, PyPI) labels them; a reward model learns the labels; GRPO with a "
              "KL leash optimises the reward model; `playpen meter` compares base and trained model on the 21 "
              "held-out validation prompts.", "",
@@ -179,7 +199,7 @@ def report(args, storage: Path, times: dict, load_avg: float) -> str:
               "| scorer | model | n | mean | s.e. | s.e. by prompt | share above |", "|---|---|---:|---:|---:|---:|---:|"]
     verdicts = []
     for label, folder in (("VADER (independent)", vader), ("reward model", learned)):
-        for name in ("playpen-tiny", RL_NAME):
+        for name in (names.file, names.rl):
             s = load(folder / f"{name}.summary.json")
             lines.append(f"| {label} | {name} | {s['n']} | {s['mean']:.4f} | {s['stderr']:.4f} | "
                          f"{s['stderr_by_prompt']:.4f} | {100 * s['share_above']:.1f} % (> {s['threshold']:g}) |")
@@ -189,53 +209,70 @@ def report(args, storage: Path, times: dict, load_avg: float) -> str:
                         f"{args.meter_samples} clues of a prompt as correlated)")
     z = load(vader / "comparison.json")["z_stderr"]
     met = "meets" if z > 5 else "misses"
-    shift = ", ".join(f"{w} ({v:+.1f}): {a} → {b}" for w, v, a, b in word_shift(vader))
+    shift = ", ".join(f"{w} ({v:+.1f}): {a} → {b}" for w, v, a, b in word_shift(vader, names))
     lines += ["", "Shift of the mean (trained − base):", "", *verdicts, "",
-              f"What changed: VADER lexicon words in the {load(vader / 'playpen-tiny.summary.json')['n']} clues, "
+              f"What changed: VADER lexicon words in the {load(vader / f'{names.file}.summary.json')['n']} clues, "
               f"base → trained (valence): {shift}. The policy found the cheapest positive words its vocabulary "
               f"already had (the reward model learned them from the labels), not fluent praise: a 1M-parameter "
               f"model. The reply format held under the KL leash: `CLUE:` in "
-              f"{100 * clue_format(vader, 'playpen-tiny'):.1f} % → {100 * clue_format(vader, RL_NAME):.1f} % of "
+              f"{100 * clue_format(vader, names.file):.1f} % → {100 * clue_format(vader, names.rl):.1f} % of "
               f"the clues.", "",
               f"**Target (mean moves by > 5 standard errors, KL reported and bounded): {met} it on the independent "
               f"VADER meter ({z:+.1f} s.e.), with KL at most {max(kls):.3f} per token.**", "",
-              "![reward](reward.png)", ""]
+              f"![reward]({names.results}.png)", ""]
     return "\n".join(lines)
 
 
 def main() -> int:
     args = parse_args()
+    names = Names(args.model)
     storage = args.storage or Path(tempfile.mkdtemp(prefix="bench-reward-"))
     env = {**os.environ, "PLAYPEN_STORAGE": str(storage)}  # registered names (tiny-sentiment-rm-v1) resolve there
     load_avg = os.getloadavg()[0]
     if args.report_only:
         times = json.loads((storage / "times.json").read_text())
         load_avg = times.pop("load average")
-        return write_results(args, storage, times, load_avg)
-    times = {}
+        return write_results(args, storage, times, load_avg, names)
+    times = json.loads((storage / "times.json").read_text()) if (storage / "times.json").is_file() else {}
+    times.pop("load average", None)
+
+    def step(key: str, command: str, done: Path, run) -> None:  # a rerun with --storage skips finished steps
+        if key not in times or not done.exists():
+            times[key] = (command, run())
+            (storage / "times.json").write_text(json.dumps({**times, "load average": load_avg}))
+
     label = storage / "label"
-    times["1 label"] = ("meter playpen-tiny --classifier vader", meter(
-        "playpen-tiny", "vader", label, args.label_samples, env, prompts=TRAIN_PROMPTS))
-    times["2 reward model"] = ("train reward --config configs/reward/tiny_sentiment.yaml", playpen(
-        ["train", "reward", "--config", "configs/reward/tiny_sentiment.yaml", f"storage_root={storage}",
-         f"data={label / 'playpen-tiny.labelled.jsonl'}", *override("trainer.max_steps", args.rm_steps)], env))
-    times["3 RL"] = ("train grpo --config configs/grpo/tiny_reward_model.yaml", playpen(
-        ["train", "grpo", "--config", "configs/grpo/tiny_reward_model.yaml", f"storage_root={storage}",
-         *override("trainer.max_steps", args.rl_steps), *override("trainer.beta", args.beta)], env))
-    times["4a meter (VADER)"] = (f"meter playpen-tiny --compare {RL_NAME} --classifier vader", meter(
-        "playpen-tiny", "vader", storage / "meter-vader", args.meter_samples, env, compare=RL_NAME))
-    times["4b meter (reward model)"] = (f"meter playpen-tiny --compare {RL_NAME} --classifier {RM_NAME}", meter(
-        "playpen-tiny", RM_NAME, storage / "meter-rm", args.meter_samples, env, compare=RL_NAME))
-    (storage / "times.json").write_text(json.dumps({**times, "load average": load_avg}))
-    return write_results(args, storage, times, load_avg)
+    threads = override("cpu_threads", args.threads)
+    step("1 label", f"meter {names.model} --classifier vader", label / f"{names.file}.summary.json", lambda: meter(
+        names.model, "vader", label, args.label_samples, env, prompts=TRAIN_PROMPTS))
+    step("2 reward model", "train reward --config configs/reward/tiny_sentiment.yaml",
+         storage / names.rm_exp / "v1" / "reward_eval.json", lambda: playpen(
+             ["train", "reward", "--config", "configs/reward/tiny_sentiment.yaml", f"storage_root={storage}",
+              f"experiment={names.rm_exp}", f"model={args.rm_model}", f"data={label / f'{names.file}.labelled.jsonl'}",
+              *threads, *override("trainer.max_steps", args.rm_steps)], env))
+    step("3 RL", "train grpo --config configs/grpo/tiny_reward_model.yaml",
+         storage / names.rl_exp / "v1" / "model_registry.json", lambda: playpen(
+             ["train", "grpo", "--config", "configs/grpo/tiny_reward_model.yaml", f"storage_root={storage}",
+              f"experiment={names.rl_exp}", f"model={names.model}", f"reward_model={names.rm}", *threads,
+              *([] if names.model == "playpen-tiny" else ["lora.modules_to_save=null"]),  # [norm]: the tiny's
+              *override("trainer.max_steps", args.rl_steps), *override("trainer.beta", args.beta),
+              *override("trainer.learning_rate", args.rl_lr),
+              *override("trainer.per_device_train_batch_size", args.rl_batch)], env))
+    step("4a meter (VADER)", f"meter {names.model} --compare {names.rl} --classifier vader",
+         storage / "meter-vader" / "comparison.json", lambda: meter(
+             names.model, "vader", storage / "meter-vader", args.meter_samples, env, compare=names.rl))
+    step("4b meter (reward model)", f"meter {names.model} --compare {names.rl} --classifier {names.rm}",
+         storage / "meter-rm" / "comparison.json", lambda: meter(
+             names.model, names.rm, storage / "meter-rm", args.meter_samples, env, compare=names.rl))
+    return write_results(args, storage, times, load_avg, names)
 
 
-def write_results(args, storage: Path, times: dict, load_avg: float) -> int:
+def write_results(args, storage: Path, times: dict, load_avg: float, names: Names) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    plot(curve(storage / "tiny-sentiment-rl" / "v1" / "metrics.jsonl"), storage / "meter-vader",
-         RESULTS / "reward.png")
-    (RESULTS / "reward.md").write_text(report(args, storage, times, load_avg))
-    print(f"\nwrote {RESULTS / 'reward.md'} and {RESULTS / 'reward.png'} (runs in {storage})")
+    png, md = RESULTS / f"{names.results}.png", RESULTS / f"{names.results}.md"
+    plot(curve(storage / names.rl_exp / "v1" / "metrics.jsonl"), storage / "meter-vader", png, names)
+    md.write_text(report(args, storage, times, load_avg, names))
+    print(f"\nwrote {md} and {png} (runs in {storage})")
     return 0
 
 
