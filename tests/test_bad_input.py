@@ -98,6 +98,13 @@ TRAIN_VALUES = {  # name: (argv, what the line says)
     "group_size 1 (DPO)": (DPO + ["group_size=1"],
                            "group_size: must be at least 2, got 1 (a preference pair compares two episodes"),
     "instances 0": (GRPO + ["instances=0"], "instances: must be at least 1, got 0"),
+    "teacher_seats without a teacher": (GRPO + ["game=debate", "teacher_seats=[2]"],
+                                        "teacher_seats [2] needs a teacher (teacher=<model>)"),
+    "teacher_seats out of range": (GRPO + ["game=debate", "teacher=playpen-tiny", "teacher_seats=[3]"],
+                                   "teacher_seats must be seat numbers of debate (0..2), leaving the learner at "
+                                   "least one; got [3]"),
+    "teacher_seats every seat": (GRPO + ["game=debate", "teacher=playpen-tiny", "teacher_seats=[0, 1, 2]"],
+                                 "teacher_seats must be seat numbers of debate (0..2)"),
     "instances -3 (DPO)": (DPO + ["instances=-3"], "instances: must be at least 1, got -3"),
     "iterations 0 (DPO)": (DPO + ["iterations=0"], "iterations: must be at least 1, got 0"),
     "validation_every -2": (GRPO + ["validation_every=-2"], "validation_every: must be at least 0, got -2"),

@@ -324,3 +324,56 @@ def test_missing_judge_fails_in_one_line(tmp_path, capsys):
     assert "re-judging needs a judge" in fails(capsys, rejudge.main, [str(tmp_path / "records")])
     with pytest.raises(ValueError, match="requires 3 players"):  # a debate given two models has no judge
         games.load_benchmark("debate").create_game_master({"name": "x"}, [CustomResponseModel()] * 2)
+
+
+def test_grpo_self_play_debaters_before_a_model_judge(tmp_path, monkeypatch):
+    """The learner in both debater seats, a frozen model (playpen-tiny) as the judge (teacher_seats: [2]), on
+    freshly generated train passages without pinned partners; GRPO trains seat A on the judge's preference."""
+    from playpen.games.debate.records import episodes_under
+    from playpen.registry import resolve_model
+    from playpen.train import train
+
+    monkeypatch.chdir(tmp_path)  # the judge: playpen-tiny registered under its own name
+    (tmp_path / "model_registry.json").write_text(json.dumps([{**resolve_model("playpen-tiny"),
+                                                               "model_name": "tiny-judge"}]))
+    run = train("grpo", None, [
+        f"storage_root={tmp_path / 'runs'}", "experiment=debate-judge", "model=playpen-tiny", "game=debate",
+        "generate={seed: 7, split: train, programmatic_partners: false}", "instances=2", "group_size=2",
+        "teacher=tiny-judge", "teacher_seats=[2]", "train_seats=first", "max_new_tokens=12", "cpu_threads=1",
+        "trainer.max_steps=1", "trainer.per_device_train_batch_size=4"])
+    episodes = episodes_under(run.records)
+    assert len(episodes) == 4
+    learner = {e.seats["Debater A"] for e in episodes} | {e.seats["Debater B"] for e in episodes}
+    judges = {e.seats["Judge"] for e in episodes}
+    assert judges == {"tiny-judge"} and len(learner) == 1 and learner != judges, (learner, judges)
+    assert (run.checkpoints / "checkpoint-1").is_dir()
+
+
+def test_dpo_on_consultancy_judge_preferences(tmp_path, monkeypatch):
+    """consultancy through the iterative DPO config: branched consultant speeches, judge-preference pairs, DPO."""
+    from playpen.train import train
+
+    monkeypatch.chdir(tmp_path)
+    run = train("dpo", str(Path(__file__).parents[1] / "configs/dpo/debate_iterative.yaml"), [
+        f"storage_root={tmp_path / 'runs'}", "game=consultancy", "cpu_threads=1", "instances=6", "iterations=1",
+        "max_new_tokens=12", "trainer.max_steps=1", "trainer.per_device_train_batch_size=2"])
+    assert list(run.records.glob("*/iter_00000/consultancy/*/instance_*/scores.json"))
+    assert (run.checkpoints / "iter_00" / "round_done.json").is_file()
+
+
+def test_grpo_with_the_programmatic_teacher_in_chosen_seats(tmp_path, monkeypatch):
+    """teacher: programmatic puts the built-in game's experts in teacher_seats: here the expert Debater B and the
+    programmatic judge, on generated train passages that pin no seat."""
+    from playpen.games.debate.records import episodes_under
+    from playpen.train import train
+
+    monkeypatch.chdir(tmp_path)
+    run = train("grpo", None, [
+        f"storage_root={tmp_path / 'runs'}", "experiment=debate-expert", "model=playpen-tiny", "game=debate",
+        "generate={seed: 7, split: train, programmatic_partners: false}", "instances=2", "group_size=2",
+        "teacher=programmatic", "teacher_seats=[1, 2]", "max_new_tokens=12", "cpu_threads=1",
+        "trainer.max_steps=1", "trainer.per_device_train_batch_size=4"])
+    episodes = episodes_under(run.records)
+    assert len(episodes) == 4 and {e.seats["Debater B"] for e in episodes} == {"programmatic"}
+    assert {e.seats["Judge"] for e in episodes} == {"programmatic"}
+    assert {e.seats["Debater A"] for e in episodes} == {"playpen-tiny"}

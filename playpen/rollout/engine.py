@@ -15,9 +15,11 @@ live episode waiting for it. An episode that ends frees its slot at once; the ne
 next wave. Learner seats keep their token sequence and KV cache between turns (see generation.py), so a turn
 only encodes the new environment message. Records are written by a background thread.
 
-Self-play (teacher=None): the learner holds every seat. With a teacher: the learner holds `learner_seat`
-(default 0, i.e. the game's first player) and the teacher every other seat. A teacher may be a LocalPolicy, any
-clemcore `backends.Model`, a registered model name, or "programmatic" (the game's own scripted players).
+Self-play (teacher=None): the learner holds every seat. With a teacher: the teacher holds `teacher_seats`
+(default: every seat but `learner_seat`, 0 by default, the game's first player) and the learner the others, e.g.
+debate's judge as the teacher (teacher_seats=[2]) before the learner debating itself. A teacher may be a
+LocalPolicy, any clemcore `backends.Model`, a registered model name, or "programmatic" (the game's own scripted
+players).
 """
 from __future__ import annotations
 
@@ -102,7 +104,8 @@ class _Session:
 class RolloutEngine:
     def __init__(self, learner: LocalPolicy, teacher=None, *, max_new_tokens: int = 64, temperature: float = 1.0,
                  batch_size: int = 32, progress: bool = True, kv_cache: bool = True, seed: int | None = None,
-                 learner_seat: int = 0, teacher_temperature: float | None = None):
+                 learner_seat: int = 0, teacher_temperature: float | None = None,
+                 teacher_seats: list[int] | None = None):
         if not isinstance(learner, LocalPolicy):
             raise PlaypenError(f"learner must be a LocalPolicy (got {type(learner).__name__})")
         if max_new_tokens < 1 or batch_size < 1 or temperature < 0:
@@ -111,6 +114,7 @@ class RolloutEngine:
         self.learner = learner
         self.max_new_tokens, self.temperature, self.batch_size = int(max_new_tokens), float(temperature), batch_size
         self.progress, self.kv_cache, self.learner_seat = progress, kv_cache, learner_seat
+        self.teacher_seats = None if teacher_seats is None else sorted(set(teacher_seats))
         self.teacher_temperature = self.temperature if teacher_temperature is None else float(teacher_temperature)
         self.teacher = self._teacher_model(teacher)
         self._rng = random.Random(seed)
@@ -207,11 +211,12 @@ class RolloutEngine:
         if self.teacher is None or players == 1:
             seats = [learner]
         else:
-            if not 0 <= self.learner_seat < players:
-                raise PlaypenError(f"learner_seat {self.learner_seat} does not exist in '{entry.name}' "
-                                   f"({players} players)")
-            seats = [self.teacher] * players
-            seats[self.learner_seat] = learner
+            teacher_seats = [i for i in range(players) if i != self.learner_seat] if self.teacher_seats is None \
+                else self.teacher_seats
+            if not 0 <= self.learner_seat < players or not set(teacher_seats) < set(range(players)):
+                raise PlaypenError(f"'{entry.name}' has seats 0..{players - 1}: the learner needs one of them "
+                                   f"(learner_seat {self.learner_seat}, teacher_seats {teacher_seats})")
+            seats = [self.teacher if i in teacher_seats else learner for i in range(players)]
         models_id = model_identifier([m.name for m in seats])
         infos = backends.Model.to_infos(seats)
         writer = RecordWriter(records_dir, models_id, records_tag, infos, game_path=entry.path) \

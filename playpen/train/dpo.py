@@ -168,7 +168,8 @@ class DPO(Recipe):
         model.eval()
         policy = LocalPolicy(model, session.tokenizer, name=cfg.model.replace("/", "_"))
         engine = RolloutEngine(learner=policy, teacher=teacher, max_new_tokens=cfg.max_new_tokens,
-                               temperature=cfg.temperature, batch_size=cfg.rollout_batch_size)
+                               temperature=cfg.temperature, batch_size=cfg.rollout_batch_size,
+                               teacher_seats=cfg.teacher_seats)
         tag = game_play.records_tag("iter", k, session.rank, session.world_size)
         game_play.clear_records(session.run.records, lambda prefix, step: prefix == "iter" and step == k)
         episodes = engine.branch(cfg.game, shard, branch_factor=cfg.group_size, records_dir=session.run.records,

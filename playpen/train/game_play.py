@@ -20,6 +20,9 @@ from playpen.train.players import load_clemcore_model, resolve_teacher
 from playpen.train.runner import TrainConfig
 
 
+PROGRAMMATIC = "programmatic"  # teacher: the built-in game's own expert in the teacher's seats
+
+
 @dataclass
 class GameConfig(TrainConfig):
     """Keys of the methods that learn from game play."""
@@ -31,7 +34,11 @@ class GameConfig(TrainConfig):
                                          # instancegenerator.py instead of split (validation duplicates dropped)
     instances: int | None = bounded(None, ge=1)  # use N instances (shuffled with seed); null = all of the split
     group_size: int = bounded(8, ge=1)   # episodes per instance (GRPO group / DPO branching pool)
-    teacher: str | None = None           # frozen partner (registry name: local HF or remote API + key.json)
+    teacher: str | None = None           # frozen partner (registry name: local HF or remote API + key.json;
+                                         # programmatic: a built-in game's own expert)
+    teacher_seats: list[int] | None = None  # the seats the teacher holds (default: all but the first); the
+                                         # learner holds the rest, e.g. debate [2]: a model judge, the learner
+                                         # in both debater seats
     self_play: bool = True               # without a teacher the learner plays every role
     train_seats: str = "all"             # self-play: "all" = episodes of a group alternate which learner seat
                                          # is trained (every role learns); "first" = the first seat only
@@ -62,7 +69,18 @@ def check_game(cfg: GameConfig, where: str) -> dict:
     if cfg.teacher and players == 1:
         raise PlaypenError(f"{where}: game {cfg.game} has a single player; a teacher has no role in it "
                            f"(remove teacher)")
-    resolve_teacher(cfg.teacher)  # unknown name or missing key.json entry: one line, now
+    if cfg.teacher_seats is not None:
+        if not cfg.teacher:
+            raise PlaypenError(f"{where}: teacher_seats {cfg.teacher_seats} needs a teacher (teacher=<model>)")
+        if not set(cfg.teacher_seats) < set(range(players)) or not all(type(i) is int for i in cfg.teacher_seats):
+            raise PlaypenError(f"{where}: teacher_seats must be seat numbers of {cfg.game} (0..{players - 1}), "
+                               f"leaving the learner at least one; got {cfg.teacher_seats}")
+    if cfg.teacher == PROGRAMMATIC:
+        if not entry.builtin:
+            raise PlaypenError(f"{where}: teacher: programmatic plays the built-in games' experts; {cfg.game} "
+                               f"comes from {entry.source}: name a model as its teacher")
+    else:
+        resolve_teacher(cfg.teacher)  # unknown name or missing key.json entry: one line, now
     if cfg.generate is not None and not isinstance(cfg.generate.get("seed"), int):
         raise PlaypenError(f"{where}: generate needs an integer seed, e.g. generate: {{seed: 7}}")
     train_instances(cfg)  # the instances file exists and parses, or the generator runs: before anything is written
@@ -73,7 +91,12 @@ def check_game(cfg: GameConfig, where: str) -> dict:
 
 
 def load_teacher(cfg: GameConfig):
-    """LocalPolicy for a local Hugging Face teacher (frozen, eval mode); a clemcore Model for remote ones."""
+    """LocalPolicy for a local Hugging Face teacher (frozen, eval mode); a clemcore Model for remote ones and the
+    built-in games' experts (teacher: programmatic)."""
+    if cfg.teacher == PROGRAMMATIC:
+        from playpen.games import expert_model
+
+        return expert_model(seed=cfg.seed)
     spec = resolve_teacher(cfg.teacher)
     if spec is None:
         return None
@@ -183,7 +206,8 @@ def play_validation(policy, cfg: GameConfig, instances, teacher, records_dir: Pa
     from playpen.rollout import RolloutEngine
 
     engine = RolloutEngine(learner=policy, teacher=teacher, max_new_tokens=cfg.max_new_tokens,
-                           temperature=cfg.validation_temperature, batch_size=cfg.rollout_batch_size)
+                           temperature=cfg.validation_temperature, batch_size=cfg.rollout_batch_size,
+                           teacher_seats=cfg.teacher_seats)
     episodes = engine.play(cfg.game, instances=instances, group_size=1, records_dir=records_dir, records_tag=tag)
     return episode_stats(episodes)
 

@@ -84,7 +84,8 @@ class GameRollouts:
             # seeded by (seed, rollout number, rank): a resumed run replays exactly the rollouts it lost
             seed = (cfg.seed * 1_000_003 + self.counters["rollouts"]) * 1_009 + session.rank
             engine = RolloutEngine(learner=policy, teacher=self.teacher, max_new_tokens=cfg.max_new_tokens,
-                                   temperature=cfg.temperature, batch_size=cfg.rollout_batch_size, seed=seed)
+                                   temperature=cfg.temperature, batch_size=cfg.rollout_batch_size, seed=seed,
+                                   teacher_seats=cfg.teacher_seats)
             episodes = engine.play(cfg.game, instances=chosen, group_size=group, records_dir=session.run.records,
                                    records_tag=tag, wait_for_records=False)
             self._writing = engine

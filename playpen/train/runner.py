@@ -220,7 +220,7 @@ def check_config(recipe: Recipe, cfg, where: str) -> str | None:
     if cfg.quantization and cfg.lora is None:
         raise PlaypenError(f"{where}: quantization: {cfg.quantization} trains adapters only; set lora: {{}} "
                            f"(QLoRA) or quantization: null")
-    if getattr(cfg, "teacher", None):
+    if getattr(cfg, "teacher", None) and cfg.teacher != "programmatic":  # (the built-in games' experts)
         from playpen.registry import check_remote_key, resolve_model
 
         check_remote_key(resolve_model(cfg.teacher), "teacher")
