@@ -166,7 +166,7 @@ class DPO(Recipe):
         shard = instances[session.rank::session.world_size]
         was_training = model.training
         model.eval()
-        policy = LocalPolicy(model, session.tokenizer, name=cfg.model.replace("/", "_"))
+        policy = LocalPolicy(model, session.tokenizer, name=session.spec["model_name"].replace("/", "_"))
         engine = RolloutEngine(learner=policy, teacher=teacher, max_new_tokens=cfg.max_new_tokens,
                                temperature=cfg.temperature, batch_size=cfg.rollout_batch_size,
                                teacher_seats=cfg.teacher_seats)

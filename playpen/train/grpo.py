@@ -114,7 +114,8 @@ class GameRollouts:
         from playpen.rollout import LocalPolicy
 
         if self._policy is None or self._policy.model is not model:
-            self._policy = LocalPolicy(model, self.session.tokenizer, name=self.cfg.model.replace("/", "_"))
+            name = self.session.spec["model_name"].replace("/", "_")  # as eval names the model's records
+            self._policy = LocalPolicy(model, self.session.tokenizer, name=name)
         return self._policy
 
     def trained_seat(self, episode, j: int):
@@ -172,7 +173,7 @@ def _validation_callback(session: Session, metrics, val_instances: list, teacher
             with game_play.model_for_play(self.trainer) as m:
                 was_training = m.training
                 m.eval()
-                policy = LocalPolicy(m, session.tokenizer, name=cfg.model.replace("/", "_"))
+                policy = LocalPolicy(m, session.tokenizer, name=session.spec["model_name"].replace("/", "_"))
                 tag = game_play.records_tag("validation", step, session.rank, session.world_size)
                 stats = game_play.play_validation(policy, cfg, shard, teacher, session.run.records, tag) \
                     if shard else {}
