@@ -79,7 +79,7 @@ def main() -> None:
     from clemcore.clemgame.callbacks.files import PlayerFileSaver
     from clemcore.clemgame.runners import batchwise, sequential
 
-    from playpen.eval.models import resolve_eval_model
+    from playpen.eval.model_specs import resolve_eval_model
     from playpen.games.instances import load_benchmark, load_instances
     from playpen.games.registry import resolve_game
     from playpen.models import ensure_packaged_weights

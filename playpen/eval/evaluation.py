@@ -8,7 +8,7 @@ Results layout (clemcore's, so `clem score`, `clem transcribe` and `clem eval` w
     <results_dir>/<model>.val.json, raw.csv, results.csv, results.html
 
 `model` is a registry name, a training run directory, or a checkpoint folder (`<run>/checkpoints/checkpoint-<step>`,
-adapter or full weights; see playpen.eval.models). Games are played through playpen's rollout engine for local
+adapter or full weights; see playpen.eval.model_specs). Games are played through playpen's rollout engine for local
 Hugging Face models, and through clemcore's own runner for every other backend (API models) or on request.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.eval.clemlog import clemcore_log, library_bars
-from playpen.eval.models import model_folder, resolve_eval_model
+from playpen.eval.model_specs import model_folder, resolve_eval_model
 from playpen.games.instances import instances_file, read_instances, spread
 from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
 from playpen.registry import check_remote_key

@@ -85,7 +85,7 @@ def _checkpoints(run_dir: Path) -> list[Path]:
 
 def _run_models(sel: RunSelector, where: str) -> list[dict]:
     """(label, spec, step, checkpoint) for every selected checkpoint of one run."""
-    from playpen.eval.models import base_spec_for, checkpoint_spec, is_checkpoint
+    from playpen.eval.model_specs import base_spec_for, checkpoint_spec, is_checkpoint
     from playpen.registry import resolve_model
 
     run_dir = Path(sel.path).expanduser().absolute()
