@@ -53,6 +53,8 @@ def parse_args():
     p.add_argument("--temperature", type=float, default=1.0, help="rollout temperature (training and sampled eval)")
     p.add_argument("--val-instances", type=int, default=60, help="validation instances per game (null: all)")
     p.add_argument("--seeds", type=int, default=5, help="sampled evaluations per model and game")
+    p.add_argument("--sft-only", action="store_true", help="stop after SFT and print its run folder (e.g. the "
+                   "wordle checkpoint bench_rollout.py plays multi-turn episodes with); writes no report")
     args = p.parse_args()
     if args.quick:
         args.games = args.games[:1]
@@ -162,6 +164,9 @@ def main() -> None:
         f"trainer.per_device_train_batch_size={args.sft_batch}", "trainer.gradient_accumulation_steps=2",
         f"trainer.learning_rate={args.sft_lr}", f"trainer.save_steps={max(args.sft_steps // 4, 1)}"])
     timings["SFT"] = time.time() - t
+    if args.sft_only:
+        print(f"[bench_learning] SFT run: {sft.path}")
+        return
 
     models = {}
     for game in args.games:
