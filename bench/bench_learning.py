@@ -146,6 +146,29 @@ def verdicts(report: dict) -> list[str]:
     return lines
 
 
+def grpo_diagnostics(game: str, run: Path) -> list[str]:
+    """What GRPO had to learn from, from its metrics.jsonl: the training reward early vs late (s.e. across steps),
+    the share of groups whose episodes all scored alike (zero advantage: no gradient) and the KL reached."""
+    rows = {}
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if "reward" in row:
+            rows[row["step"]] = row  # a resumed step's row replaces the earlier one
+    steps = [rows[k] for k in sorted(rows)]
+    third = max(1, len(steps) // 3)
+
+    def mean_se(values: list[float]) -> str:
+        m = sum(values) / len(values)
+        se = (sum((v - m) ** 2 for v in values) / (len(values) - 1) / len(values)) ** 0.5 if len(values) > 1 else 0
+        return f"{m:.3f} ± {se:.3f}"
+
+    flat = sum(r.get("frac_reward_zero_std", 0.0) for r in steps) / len(steps)
+    return [f"- {game}: GRPO's training reward (train instances, {len(steps)} steps), first {third} steps "
+            f"{mean_se([r['reward'] for r in steps[:third]])} → last {third} {mean_se([r['reward'] for r in steps[-third:]])}; "
+            f"groups whose episodes all scored alike (no advantage, no gradient): {100 * flat:.0f} %; "
+            f"KL to the SFT model at the end {steps[-1].get('kl', float('nan')):.3f}"]
+
+
 def main() -> None:
     args = parse_args()
     storage = Path(args.storage) / ("quick" if args.quick else "full")
@@ -168,7 +191,7 @@ def main() -> None:
         print(f"[bench_learning] SFT run: {sft.path}")
         return
 
-    models = {}
+    models, diagnostics = {}, []
     for game in args.games:
         t = time.time()
         grpo = train("grpo", str(storage), [
@@ -179,6 +202,7 @@ def main() -> None:
             f"trainer.learning_rate={args.grpo_lr}", f"trainer.save_steps={max(args.grpo_steps // 4, 1)}"])
         timings[f"GRPO {game}"] = time.time() - t
         models[game] = {"base": MODEL, "sft": str(sft.path), "sft+grpo": str(grpo.path)}
+        diagnostics += grpo_diagnostics(game, Path(grpo.path))
 
     for game in args.games:
         report[game] = {}
@@ -205,7 +229,8 @@ def main() -> None:
                 se = f"{r['clemscore_se']:.2f}" if r["seeds"] > 1 else "-"
                 md.append(f"| {game} | {name} | {temp} | {r['played']:.1f} | {r['quality']:.1f} | "
                           f"{r['clemscore']:.2f} | {se} | {r['episodes']} |")
-    md += ["", "## Targets", "", *verdicts(report), "", "## Wall time", "",
+    md += ["", "## Targets", "", *verdicts(report), "", "## What GRPO learned from", "", *diagnostics, "",
+           "## Wall time", "",
            *(f"- {k}: {v / 60:.1f} min" for k, v in timings.items()), "", f"![learning]({png.name})", ""]
     report_file = out_dir / ("learning-quick.md" if args.quick else "learning.md")
     report_file.write_text("\n".join(md))
