@@ -74,10 +74,22 @@ def sft_data(path: Path, games: list[str], episodes: int) -> int:
     return len(rows)
 
 
-def train(method: str, storage: str, overrides: list[str]):
+def train(method: str, storage: str, overrides: list[str]) -> Path:
+    """One stage as an ordinary `playpen train` run. stages.json remembers the finished run of these exact
+    overrides, so a rerun of the bench after a code change that adds config keys (and so changes run ids) reuses
+    it instead of training again."""
     from playpen.train import train as run
 
-    return run(method, None, [f"storage_root={storage}", *overrides])
+    stages = Path(storage) / "stages.json"
+    known = json.loads(stages.read_text()) if stages.is_file() else {}
+    key = json.dumps([method, overrides])
+    if key in known and (Path(known[key]) / "model_registry.json").is_file():
+        print(f"[bench_learning] {method}: reusing finished run {known[key]}")
+        return Path(known[key])
+    path = run(method, None, [f"storage_root={storage}", *overrides]).path
+    if (path / "model_registry.json").is_file():
+        stages.write_text(json.dumps({**known, key: str(path)}, indent=1))
+    return path
 
 
 def evaluate(model: str, name: str, game: str, args, out: Path) -> dict:
@@ -188,21 +200,21 @@ def main() -> None:
         f"trainer.learning_rate={args.sft_lr}", f"trainer.save_steps={max(args.sft_steps // 4, 1)}"])
     timings["SFT"] = time.time() - t
     if args.sft_only:
-        print(f"[bench_learning] SFT run: {sft.path}")
+        print(f"[bench_learning] SFT run: {sft}")
         return
 
     models, diagnostics = {}, []
     for game in args.games:
         t = time.time()
         grpo = train("grpo", str(storage), [
-            f"experiment=learning-grpo-{game}", f"model={sft.path}", f"game={game}",
+            f"experiment=learning-grpo-{game}", f"model={sft}", f"game={game}",
             f"instances={args.grpo_instances}", f"group_size={args.group_size}",
             f"max_new_tokens={args.max_new_tokens}", f"temperature={args.temperature}",
             f"trainer.max_steps={args.grpo_steps}", f"trainer.per_device_train_batch_size={args.grpo_batch}",
             f"trainer.learning_rate={args.grpo_lr}", f"trainer.save_steps={max(args.grpo_steps // 4, 1)}"])
         timings[f"GRPO {game}"] = time.time() - t
-        models[game] = {"base": MODEL, "sft": str(sft.path), "sft+grpo": str(grpo.path)}
-        diagnostics += grpo_diagnostics(game, Path(grpo.path))
+        models[game] = {"base": MODEL, "sft": str(sft), "sft+grpo": str(grpo)}
+        diagnostics += grpo_diagnostics(game, grpo)
 
     for game in args.games:
         report[game] = {}
