@@ -181,6 +181,25 @@ def grpo_diagnostics(game: str, run: Path) -> list[str]:
             f"KL to the SFT model at the end {steps[-1].get('kl', float('nan')):.3f}"]
 
 
+def last_replies(out: Path, args) -> list[str]:
+    """Per greedy evaluation: the most common last reply of an episode and its share. A policy that collapsed to
+    one answer (a prior of its training instances, not the game) shows here."""
+    from collections import Counter
+
+    lines = []
+    for results in sorted((out / f"v{args.val_instances}-L{args.max_new_tokens}").glob("*-T0-seed0")):
+        replies = Counter()
+        for path in results.rglob("interactions.json"):
+            turns = json.loads(path.read_text()).get("turns") or [[]]
+            said = [e["action"]["content"] for e in turns[-1] if e["action"].get("type") == "get message"]
+            replies[said[-1].strip()[:60] if said else "(none)"] += 1
+        if replies:
+            reply, n = replies.most_common(1)[0]
+            lines.append(f"- {results.name}: most common last reply {reply!r} in {n} of {sum(replies.values())} "
+                         f"episodes ({len(replies)} distinct)")
+    return lines
+
+
 def main() -> None:
     args = parse_args()
     storage = Path(args.storage) / ("quick" if args.quick else "full")
@@ -241,7 +260,8 @@ def main() -> None:
                 se = f"{r['clemscore_se']:.2f}" if r["seeds"] > 1 else "-"
                 md.append(f"| {game} | {name} | {temp} | {r['played']:.1f} | {r['quality']:.1f} | "
                           f"{r['clemscore']:.2f} | {se} | {r['episodes']} |")
-    md += ["", "## Targets", "", *verdicts(report), "", "## What GRPO learned from", "", *diagnostics, "",
+    md += ["", "## Targets", "", *verdicts(report), "", "## What GRPO learned from", "", *diagnostics,
+           *last_replies(storage / "eval", args), "",
            "## Wall time", "",
            *(f"- {k}: {v / 60:.1f} min" for k, v in timings.items()), "", f"![learning]({png.name})", ""]
     report_file = out_dir / ("learning-quick.md" if args.quick else "learning.md")
