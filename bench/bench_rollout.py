@@ -97,7 +97,8 @@ def main() -> None:
         ids = kwargs.get("input_ids", args_[0] if args_ else None)
         positions[0] += ids.numel()
 
-    clem_model.model.register_forward_pre_hook(count, with_kwargs=True)
+    inner = clem_model.model.get_base_model() if hasattr(clem_model.model, "get_base_model") else clem_model.model
+    inner.register_forward_pre_hook(count, with_kwargs=True)  # (a PEFT wrapper's generate skips its own forward)
     entry = resolve_game(args.game)
     benchmark = load_benchmark(entry)
     pairs = load_instances(entry, "train", limit=args.episodes)
