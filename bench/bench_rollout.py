@@ -44,6 +44,7 @@ RESULTS = REPO / "bench" / "results" / "rollout.md"
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--game", default="wordle")
+    p.add_argument("--split", default="train", help="instance set (validation: debate's seats are all the model's)")
     p.add_argument("--episodes", type=int, default=64)
     p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 64])
@@ -101,7 +102,7 @@ def main() -> None:
     inner.register_forward_pre_hook(count, with_kwargs=True)  # (a PEFT wrapper's generate skips its own forward)
     entry = resolve_game(args.game)
     benchmark = load_benchmark(entry)
-    pairs = load_instances(entry, "train", limit=args.episodes)
+    pairs = load_instances(entry, args.split, limit=args.episodes)
     rows = [{"game_name": args.game, "experiment": e, "game_instance": i} for e, i in pairs]
     scratch = Path(tempfile.mkdtemp(prefix="bench-rollout-"))
 
@@ -167,7 +168,7 @@ def main() -> None:
         "",
         f"`python bench/bench_rollout.py --episodes {args.episodes} --max-new-tokens {args.max_new_tokens} "
         f"--batch-sizes {' '.join(map(str, args.batch_sizes))} --repeats {args.repeats} "
-        f"--threads {' '.join(map(str, args.threads))} --model {args.model} --game {args.game}` — "
+        f"--threads {' '.join(map(str, args.threads))} --model {args.model} --game {args.game} --split {args.split}` — "
         f"{datetime.now().strftime('%Y-%m-%d %H:%M')}",
         "",
         f"- machine: {platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, no GPU; other "
@@ -175,7 +176,7 @@ def main() -> None:
         f"median is reported (range in brackets)",
         f"- model: {about}, loaded once through clemcore's "
         f"huggingface_local backend (as `clem run` loads it); the engine wraps the same model object",
-        f"- game: {args.game}, the first {len(rows)} train instances, one episode each; greedy, "
+        f"- game: {args.game}, the first {len(rows)} {args.split} instances, one episode each; greedy, "
         f"max_new_tokens={args.max_new_tokens}; every runner writes its records (clemcore: `clem run`'s file "
         f"savers; engine: playpen-records via its writer thread)",
         "- \"same as sequential\": episodes whose (turns, outcome) equal the sequential runner's — greedy decoding "
