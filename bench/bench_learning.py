@@ -74,22 +74,26 @@ def sft_data(path: Path, games: list[str], episodes: int) -> int:
     return len(rows)
 
 
-def train(method: str, storage: str, overrides: list[str]) -> Path:
-    """One stage as an ordinary `playpen train` run. stages.json remembers the finished run of these exact
-    overrides, so a rerun of the bench after a code change that adds config keys (and so changes run ids) reuses
-    it instead of training again."""
+def train(method: str, storage: str, overrides: list[str]) -> tuple[Path, float]:
+    """One stage as an ordinary `playpen train` run; returns its folder and wall time. stages.json remembers the
+    finished run of these exact overrides (and the time it took), so a rerun of the bench after a code change that
+    adds config keys (and so changes run ids) reuses it instead of training again."""
     from playpen.train import train as run
 
     stages = Path(storage) / "stages.json"
     known = json.loads(stages.read_text()) if stages.is_file() else {}
     key = json.dumps([method, overrides])
-    if key in known and (Path(known[key]) / "model_registry.json").is_file():
-        print(f"[bench_learning] {method}: reusing finished run {known[key]}")
-        return Path(known[key])
+    entry = known.get(key)
+    entry = {"path": entry, "seconds": None} if isinstance(entry, str) else entry  # (earlier format: path only)
+    if entry and (Path(entry["path"]) / "model_registry.json").is_file():
+        print(f"[bench_learning] {method}: reusing finished run {entry['path']}")
+        return Path(entry["path"]), entry["seconds"] if entry["seconds"] is not None else float("nan")
+    started = time.time()
     path = run(method, None, [f"storage_root={storage}", *overrides]).path
+    seconds = time.time() - started  # (a resumed run: this session's part only)
     if (path / "model_registry.json").is_file():
-        stages.write_text(json.dumps({**known, key: str(path)}, indent=1))
-    return path
+        stages.write_text(json.dumps({**known, key: {"path": str(path), "seconds": seconds}}, indent=1))
+    return path, seconds
 
 
 def evaluate(model: str, name: str, game: str, args, out: Path) -> dict:
@@ -103,13 +107,19 @@ def evaluate(model: str, name: str, game: str, args, out: Path) -> dict:
             f"{name}-{Path(model).name}-{game}-T{temperature:g}-seed{seed}"
         summary = results.with_suffix(".json")  # a rerun of the bench reuses finished evaluations
         if not summary.exists():
+            started = time.time()
             val = play(model, games=[game], instances=args.val_instances, max_tokens=args.max_new_tokens,
                        temperature=temperature, seed=seed, log=lambda message: None, results_dir=results)
-            summary.write_text(json.dumps(val, indent=1, default=str))
-        return json.loads(summary.read_text())
+            summary.write_text(json.dumps({**val, "bench_seconds": time.time() - started}, indent=1, default=str))
+        val = json.loads(summary.read_text())
+        seconds[0] += val.get("bench_seconds", 0.0)
+        return val
 
-    return {f"T={temperature:g}": pooled([once(temperature, seed) for seed in range(seeds)], game)
+    seconds = [0.0]  # evaluation time, cached ones included (as measured when they ran)
+
+    rows = {f"T={temperature:g}": pooled([once(temperature, seed) for seed in range(seeds)], game)
             for temperature, seeds in ((0.0, 1), (args.temperature, args.seeds))}
+    return rows, seconds[0]
 
 
 def plot(report: dict, out: Path) -> None:
@@ -212,35 +222,29 @@ def main() -> None:
     timings["expert transcripts"] = time.time() - t
     print(f"[bench_learning] {rows} expert conversations from train instances of {', '.join(args.games)}")
 
-    t = time.time()
-    sft = train("sft", str(storage), [
+    sft, timings["SFT"] = train("sft", str(storage), [
         "experiment=learning-sft", f"model={MODEL}", f"data={data}", f"trainer.max_steps={args.sft_steps}",
         f"trainer.per_device_train_batch_size={args.sft_batch}", "trainer.gradient_accumulation_steps=2",
         f"trainer.learning_rate={args.sft_lr}", f"trainer.save_steps={max(args.sft_steps // 4, 1)}"])
-    timings["SFT"] = time.time() - t
     if args.sft_only:
         print(f"[bench_learning] SFT run: {sft}")
         return
 
     models, diagnostics = {}, []
     for game in args.games:
-        t = time.time()
-        grpo = train("grpo", str(storage), [
+        grpo, timings[f"GRPO {game}"] = train("grpo", str(storage), [
             f"experiment=learning-grpo-{game}", f"model={sft}", f"game={game}",
             f"instances={args.grpo_instances}", f"group_size={args.group_size}",
             f"max_new_tokens={args.max_new_tokens}", f"temperature={args.temperature}",
             f"trainer.max_steps={args.grpo_steps}", f"trainer.per_device_train_batch_size={args.grpo_batch}",
             f"trainer.learning_rate={args.grpo_lr}", f"trainer.save_steps={max(args.grpo_steps // 4, 1)}"])
-        timings[f"GRPO {game}"] = time.time() - t
         models[game] = {"base": MODEL, "sft": str(sft), "sft+grpo": str(grpo)}
         diagnostics += grpo_diagnostics(game, grpo)
 
     for game in args.games:
         report[game] = {}
         for name, model in models[game].items():
-            t = time.time()
-            report[game][name] = evaluate(model, name, game, args, storage / "eval")
-            timings[f"eval {name} {game}"] = time.time() - t
+            report[game][name], timings[f"eval {name} {game}"] = evaluate(model, name, game, args, storage / "eval")
             print(f"[bench_learning] {game} {name}: " + ", ".join(
                 f"{temp} clemscore {r['clemscore']:.1f} ± {r['clemscore_se']:.1f} played {r['played']:.1f}%"
                 for temp, r in report[game][name].items()))
@@ -250,8 +254,9 @@ def main() -> None:
     plot(report, png)
     md = [f"# Learning in interaction on {MODEL} (CPU)", "",
           f"`python bench/bench_learning.py {' '.join(sys.argv[1:])}` — {datetime.now():%Y-%m-%d %H:%M}, "
-          f"{platform.node()}, {platform.processor() or platform.machine()}; total {(time.time() - started) / 60:.1f} "
-          "min.", "",
+          f"{platform.node()}, {platform.processor() or platform.machine()}; stages {sum(timings.values()) / 60:.1f} min "
+          f"(as measured when each ran; stages reused from an earlier run of this command count their own time), "
+          f"this run {(time.time() - started) / 60:.1f} min.", "",
           f"Settings: {json.dumps({k: v for k, v in vars(args).items() if k not in ('storage',)})}", "",
           "| game | model | T | % played | quality | clemscore | s.e. | episodes |", "|---|---|---|---|---|---|---|---|"]
     for game, models_ in report.items():
