@@ -212,9 +212,11 @@ def report(args, storage: Path, times: dict, load_avg: float, names: Names) -> s
     shift = ", ".join(f"{w} ({v:+.1f}): {a} → {b}" for w, v, a, b in word_shift(vader, names))
     lines += ["", "Shift of the mean (trained − base):", "", *verdicts, "",
               f"What changed: VADER lexicon words in the {load(vader / f'{names.file}.summary.json')['n']} clues, "
-              f"base → trained (valence): {shift}. The policy found the cheapest positive words its vocabulary "
-              f"already had (the reward model learned them from the labels), not fluent praise: a 1M-parameter "
-              f"model. The reply format held under the KL leash: `CLUE:` in "
+              f"base → trained (valence): {shift}. "
+              + ("The policy found the cheapest positive words its vocabulary already had (the reward model learned "
+                 "them from the labels), not fluent praise: a 1M-parameter model. " if names.model == "playpen-tiny"
+                 else "")
+              + f"The reply format under the KL leash: `CLUE:` in "
               f"{100 * clue_format(vader, names.file):.1f} % → {100 * clue_format(vader, names.rl):.1f} % of "
               f"the clues.", "",
               f"**Target (mean moves by > 5 standard errors, KL reported and bounded): {met} it on the independent "
