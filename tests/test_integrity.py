@@ -379,13 +379,21 @@ def test_ctrl_c_says_which_checkpoint_the_rerun_resumes_from(home):
             "run_id=r1", "game=arithmetic", "instances=2", "group_size=2", "max_new_tokens=8",
             "trainer.per_device_train_batch_size=2", "trainer.max_steps=400", "trainer.save_steps=1",
             "cpu_threads=1"]
-    proc = subprocess.Popen(argv, cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    checkpoints = home / "runs" / "int" / "r1" / "checkpoints"
-    deadline = time.monotonic() + 240
-    while not list(checkpoints.glob("checkpoint-*/playpen_state.json")) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    # output to files, not pipes: a pipe nobody reads fills up and blocks the training process before it saves
+    with open(home / "out.log", "w") as out, open(home / "err.log", "w") as errors:
+        proc = subprocess.Popen(argv, cwd=home, stdout=out, stderr=errors, text=True)
+        checkpoints = home / "runs" / "int" / "r1" / "checkpoints"
+        deadline = time.monotonic() + 600
+        while not list(checkpoints.glob("checkpoint-*/playpen_state.json")) and time.monotonic() < deadline:
+            assert proc.poll() is None, (home / "err.log").read_text()[-2000:]
+            time.sleep(0.2)
+        assert list(checkpoints.glob("checkpoint-*")), "no checkpoint within 600 s: " + \
+            (home / "err.log").read_text()[-2000:]
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+    err = (home / "err.log").read_text()
+    stdout = (home / "out.log").read_text()
+    assert err.strip(), f"nothing on stderr; exit code {proc.returncode}; stdout: {stdout[-2000:]}"
     last = err.strip().splitlines()[-1]
     assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
     assert last.startswith("playpen: interrupted; rerun the same command to resume from checkpoint-"), last
