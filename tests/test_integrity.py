@@ -381,7 +381,9 @@ def test_ctrl_c_says_which_checkpoint_the_rerun_resumes_from(home):
             "cpu_threads=1"]
     # output to files, not pipes: a pipe nobody reads fills up and blocks the training process before it saves
     with open(home / "out.log", "w") as out, open(home / "err.log", "w") as errors:
-        proc = subprocess.Popen(argv, cwd=home, stdout=out, stderr=errors, text=True)
+        # a shell's background job inherits SIGINT ignored, and Python then keeps ignoring it: restore the default
+        proc = subprocess.Popen(argv, cwd=home, stdout=out, stderr=errors, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         checkpoints = home / "runs" / "int" / "r1" / "checkpoints"
         deadline = time.monotonic() + 600
         while not list(checkpoints.glob("checkpoint-*/playpen_state.json")) and time.monotonic() < deadline:
