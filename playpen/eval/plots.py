@@ -107,6 +107,19 @@ def _savefig(fig, path: Path) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+def _save_step_plot(fig, ax, path: Path, ylabel: str, title: str) -> None:
+    """Labels, grid and legend of a plot over checkpoint steps; saved (atomically) and closed."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel("checkpoint step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    _savefig(fig, path)
+    plt.close(fig)
+
+
 def learning_curves(models: dict[str, dict], path: Path) -> bool:
     """clemscore (dialogue games) and statscore (static games) per checkpoint step, bold per run, a thin dashed line
     per game; False when no run has steps."""
@@ -136,13 +149,7 @@ def learning_curves(models: dict[str, dict], path: Path) -> bool:
             ax.plot(*zip(*xy), linestyle="--", linewidth=0.8, alpha=0.6, color=color, label=f"  {game}")
             top = max(top, *(y for _, y in xy))
     ax.set_ylim(0, min(100.0, top * 1.1) if top < 100 else 100.0)
-    ax.set_xlabel("checkpoint step")
-    ax.set_ylabel("score (0-100)")
-    ax.set_title("learning curve")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
-    _savefig(fig, path)
-    plt.close(fig)
+    _save_step_plot(fig, ax, path, "score (0-100)", "learning curve")
     return True
 
 
@@ -193,13 +200,7 @@ def meter_curves(rows: list[dict], path: Path) -> bool:
     for (run, meter), xy in sorted(points.items()):
         steps, means, errors = zip(*sorted(xy))
         ax.errorbar(steps, means, yerr=errors, marker="o", capsize=3, label=f"{run} {meter}")
-    ax.set_xlabel("checkpoint step")
-    ax.set_ylabel("mean score")
-    ax.set_title("meters per checkpoint (± s.e. over prompts)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
-    _savefig(fig, path)
-    plt.close(fig)
+    _save_step_plot(fig, ax, path, "mean score", "meters per checkpoint (± s.e. over prompts)")
     return True
 
 
