@@ -68,6 +68,15 @@ def bounded(default: Any = dataclasses.MISSING, *, ge: float | None = None, gt: 
     return Bounds(ge, gt, le, hint).field(default)
 
 
+class Checked(str):
+    """An annotation for str values that `coerce` hands to `cls.check(value, where)`: values that become file
+    names or reach a job script (playpen.storage.Name, Location) are refused where the config is read."""
+
+    @classmethod
+    def check(cls, value: str, where: str) -> str:
+        return value
+
+
 def read_text(path: str | Path, what: str) -> str:
     """The text of a file the user named, or one line saying what the path is instead: missing, a folder, not
     readable, or not text (a binary file)."""
@@ -115,8 +124,20 @@ def parse_overrides(pairs: list[str]) -> dict:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise PlaypenError(f"override {pair!r} conflicts with an earlier override of {part}")
-        node[leaf] = yaml.safe_load(raw) if raw else ""
+        node[leaf] = _scalar(pair, raw)
     return out
+
+
+def _scalar(pair: str, raw: str) -> Any:
+    """An override's value as YAML reads it; text that is not YAML (`x=[1`, a tab) is one line, not a traceback."""
+    if not raw:
+        return ""
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or " ".join(str(e).split())[:80]
+        raise PlaypenError(f"override {pair!r}: the value is not valid YAML ({problem}); quote it, e.g. "
+                           f"key='\"text\"'") from None
 
 
 def merge(base: dict, extra: dict) -> dict:
@@ -174,6 +195,10 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise PlaypenError(f"{where}: expected a mapping, got {value!r}")
         return dict(value)
+    if isinstance(tp, type) and issubclass(tp, Checked):
+        if not isinstance(value, str):
+            raise PlaypenError(f"{where}: expected str, got {value!r}")
+        return str(tp.check(value, where))  # a plain str: YAML dumps it, pickles carry no playpen type
     if tp is Path and isinstance(value, str):
         return Path(value)
     if tp is float and isinstance(value, (int, float, str)) and not isinstance(value, bool):
@@ -190,11 +215,12 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
 
 
 def signature_dataclass(func, name: str, skip: tuple[str, ...] = (), extra: tuple = (),
-                        bounds: dict[str, Bounds] | None = None) -> type:
+                        bounds: dict[str, Bounds] | None = None, types: dict[str, Any] | None = None) -> type:
     """A config dataclass whose keys are `func`'s own keyword arguments (types and defaults included), plus
     `extra` (name, type, default) fields: a job's YAML keys cannot drift from the function the job calls.
-    `bounds` gives arguments their ranges, checked by `build` as any other field's."""
-    hints = typing.get_type_hints(func)
+    `bounds` gives arguments their ranges, checked by `build` as any other field's; `types` replaces an
+    argument's annotation (e.g. a path that must be a `Location` in a job's YAML)."""
+    hints = {**typing.get_type_hints(func), **(types or {})}
     bounds = bounds or {}
     fields = []
     for param in inspect.signature(func).parameters.values():

@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import socket
 import tempfile
 import time
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from playpen.config import Checked
 from playpen.errors import PlaypenError
 
 STORAGE_ENV = "PLAYPEN_STORAGE"
@@ -26,11 +28,108 @@ DEFAULT_STORAGE = "runs"
 CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")  # the Hugging Face Trainer's checkpoints/checkpoint-<step>/
 
 
+# ---------------------------------------------------------------- names and paths
+# One rule for every name that becomes a folder or file name (experiment, run id, sweep/meter/tournament names,
+# game and model names) and for every path that reaches a job script (storage roots, -r/-o folders): a generated
+# sbatch script takes them verbatim into `#SBATCH --output=...` lines, where sbatch honours no shell quoting.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+NAME_MAX = 128
+NAME_RULE = f"letters, digits and . _ - (not first), at most {NAME_MAX} characters"
+UNSAFE_IN_PATH = re.compile(r"[\x00-\x1f\x7f'\"`$\\%]")  # control characters, quotes, $, `, \\, sbatch's %
+
+
+def is_safe_name(value: object) -> bool:
+    """NAME_RULE: never absolute, '..', a separator, hidden or a control character."""
+    return isinstance(value, str) and bool(NAME.fullmatch(value)) and len(value) <= NAME_MAX
+
+
+def check_name(value: object, what: str) -> str:
+    """`value` if it is a safe name, else one line naming it."""
+    if not is_safe_name(value):
+        raise PlaypenError(f"{what}: {value!r} is not a safe name; use {NAME_RULE}")
+    return value
+
+
+def slug(text: str, default: str = "model") -> str:
+    """A safe name made from any text (a model path, a classifier), for folders playpen names itself."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._-")[:NAME_MAX] or default
+
+
+def check_location(value: object, what: str) -> str:
+    """`value` if it is a path a job script can carry: no control characters (a newline would start a script
+    line of its own), quotes, $, `, backslash or % (sbatch expands %j in log paths)."""
+    if not isinstance(value, str) or not value or (bad := UNSAFE_IN_PATH.search(value)):
+        why = "is empty" if value == "" else "is not text" if not isinstance(value, str) else \
+            f"contains {bad.group()!r}"
+        raise PlaypenError(f"{what}: path {value!r} {why}; use a plain path (no control characters, quotes, "
+                           f"$, `, \\ or %)")
+    return value
+
+
+class Name(Checked):
+    """Config annotation: a value checked by `check_name` when the config is read."""
+
+    @classmethod
+    def check(cls, value: str, where: str) -> str:
+        return check_name(value, where)
+
+
+class Location(Checked):
+    """Config annotation: a folder path checked by `check_location` when the config is read."""
+
+    @classmethod
+    def check(cls, value: str, where: str) -> str:
+        return check_location(value, where)
+
+
+def not_a_link(folder: str | Path, what: str) -> Path:
+    """`folder`, unless it is a symbolic link: on shared storage anyone with write access next to a folder playpen
+    writes into could point it elsewhere (default names are predictable), so a link is never followed there."""
+    folder = Path(folder)
+    if folder.is_symlink():
+        raise PlaypenError(f"{what} {folder} is a symbolic link (to {os.readlink(folder)}); playpen does not write "
+                           f"through links it did not create: remove the link or give the real folder")
+    return folder
+
+
+def path_under(root: str | Path, *names: str, what: str = "folder") -> Path:
+    """The one way an output path is made from names: `root/name/...`, each name safe (`check_name`), no existing
+    folder below `root` a symbolic link, and the result inside `root`."""
+    path = Path(check_location(str(root), f"{what} root"))
+    for name in names:
+        path = not_a_link(path / check_name(name, f"{what} name"), what)
+    return inside(path, root, what)
+
+
+def inside(path: str | Path, root: str | Path, what: str = "path") -> Path:
+    """`path` if it lies strictly inside `root` once both are resolved (links, '..'), else one line."""
+    path, root = Path(path), Path(root)
+    real, real_root = path.resolve(), root.resolve()
+    if real == real_root or not real.is_relative_to(real_root):
+        raise PlaypenError(f"{what} {path} resolves to {real}, outside {real_root}; refusing to write or delete it")
+    return path
+
+
+def remove_tree(path: str | Path, root: str | Path) -> None:
+    """rmtree, only of a real folder proven inside `root` (a link there is removed, never followed)."""
+    path = Path(path)
+    if path.is_symlink():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(inside(path, root), ignore_errors=True)
+
+
+def move_tree(source: str | Path, target: str | Path, root: str | Path) -> Path:
+    """rename `source` to `target`, both proven inside `root`."""
+    return Path(inside(source, root)).rename(inside(target, root))
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp's 0600 would hide the file from teammates
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -40,6 +139,19 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it (os.umask would, for a moment, for every thread)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
@@ -99,7 +211,8 @@ def exclusive_folder(folder: str | Path, in_use: str, advice: str) -> Iterator[P
 
 def resolve_storage_root(configured: str | Path | None = None) -> Path:
     """Config value, else $PLAYPEN_STORAGE, else ./runs; must be writable (checked before anything runs)."""
-    root = Path(configured or os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE).expanduser().absolute()
+    root = Path(check_location(str(configured or os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE),
+                               "storage_root")).expanduser().absolute()
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -191,6 +304,7 @@ class RunDir:
 
     @classmethod
     def for_experiment(cls, storage_root: str | Path | None, experiment: str, run_id: str | None = None) -> "RunDir":
-        if not experiment or "/" in experiment or experiment.startswith("."):
-            raise PlaypenError(f"experiment name {experiment!r} must be a plain folder name (no '/')")
-        return cls(resolve_storage_root(storage_root) / experiment / (run_id or new_run_id()))
+        """<storage_root>/<experiment>/<run_id>, by `path_under`: safe names, no link followed, inside the root."""
+        run_id = check_name(run_id or new_run_id(), "run_id")
+        check_name(experiment, "experiment")
+        return cls(path_under(resolve_storage_root(storage_root), experiment, run_id, what="run folder"))

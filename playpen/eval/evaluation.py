@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,8 @@ from playpen.eval.model_specs import model_folder, resolve_eval_model
 from playpen.games.instances import instances_file, read_instances, spread
 from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
 from playpen.registry import check_remote_key
-from playpen.storage import atomic_write_json, exclusive_folder
+from playpen.storage import (atomic_write_json, check_location, exclusive_folder, move_tree, not_a_link, path_under,
+                             remove_tree)
 
 DEFAULT_MAX_TOKENS = 300
 DEFAULT_TEMPERATURE = 0.0
@@ -249,7 +249,9 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
     spec = resolve_eval_model(model)
     check_remote_key(spec, "model")  # an API model without its key.json entry: one line, before anything runs
     folder = model_folder(spec)
-    results = Path(results_dir) if results_dir else Path(DEFAULT_RESULTS_ROOT) / time.strftime("%Y%m%d-%H%M%S")
+    results = Path(check_location(str(results_dir), "-r")) if results_dir else \
+        Path(DEFAULT_RESULTS_ROOT) / time.strftime("%Y%m%d-%H%M%S")
+    not_a_link(results, "results folder")
     if results.exists() and not results.is_dir():
         raise PlaypenError(f"results dir {results} is a file; give a folder with -r")
     if skip_gameplay:
@@ -282,30 +284,30 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
             staging = results / STAGING_DIR
             try:
                 for entry, path, pairs in plan:
-                    shutil.rmtree(staging, ignore_errors=True)
+                    remove_tree(staging, results)
                     game_started = time.time()
                     log(f"[eval] {spec['model_name']} plays {entry.name}: {len(pairs)} instances "
                         f"({path.name}, {entry.path})")
                     runner.play(entry, pairs, staging)
-                    staged = staging / folder / entry.name
+                    staged = path_under(staging, folder, entry.name, what="game folder")
                     atomic_write_json(staged / GAME_META, {
                         "game": entry.name, "game_path": str(entry.path), "source": entry.source,
                         "static": entry.static,
                         "instances_file": str(path), "instances": len(pairs), "instance_set": instance_set,
                         "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
                         "player": type(runner).__name__, "seconds": round(time.time() - game_started, 1)})
-                    game_dir = results / folder / entry.name
+                    game_dir = path_under(results, folder, entry.name, what="game folder")
                     if score_game(entry, staged, verbose) or not game_dir.exists():
-                        shutil.rmtree(game_dir, ignore_errors=True)  # the new records replace the old ones
+                        remove_tree(game_dir, results)  # the new records replace the old ones
                         game_dir.parent.mkdir(parents=True, exist_ok=True)
-                        staged.rename(game_dir)
+                        move_tree(staged, game_dir, results)
                     else:
                         kept.append(entry.name)
             finally:
-                shutil.rmtree(staging, ignore_errors=True)
+                remove_tree(staging, results)
         empty = []
         for entry in entries:
-            scored = score_game(entry, results / folder / entry.name, verbose)
+            scored = score_game(entry, path_under(results, folder, entry.name, what="game folder"), verbose)
             log(f"[eval] {entry.name}: {scored} episodes scored")
             if not scored:
                 empty.append(entry.name)

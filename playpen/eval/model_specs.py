@@ -7,12 +7,11 @@ A checkpoint (`<run>/checkpoints/checkpoint-<step>/`, TRL's layout) is its base 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.registry import MODEL_REGISTRY_FILE, model_entries, resolve_model
-from playpen.storage import checkpoint_step, checkpoints_in, is_run_dir
+from playpen.storage import NAME_RULE, check_name, checkpoint_step, checkpoints_in, is_run_dir
 
 def is_checkpoint(path: Path) -> bool:
     return (path / "adapter_config.json").is_file() or (path / "config.json").is_file()
@@ -94,7 +93,8 @@ def resolve_eval_model(model: str | dict) -> dict:
 def model_folder(spec: dict) -> str:
     """The results folder clemcore names after a single player model (its model_name)."""
     name = spec["model_name"]
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._=+-]*", name or ""):
-        raise PlaypenError(f"model name {name!r} cannot name a results folder; use letters, digits and ._=+- "
-                           f"in the registry entry's model_name")
-    return name
+    try:
+        return check_name(name, "model name")
+    except PlaypenError:
+        raise PlaypenError(f"model name {name!r} cannot name a results folder; use {NAME_RULE} in the registry "
+                           f"entry's model_name") from None

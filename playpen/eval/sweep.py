@@ -32,7 +32,8 @@ from playpen.errors import PlaypenError
 from playpen.eval.cells import (CELLS_DIR, RESULT_FILE, STATE_FILE, STATES, SWEEP_FILE, Cell,  # noqa: F401
                                 _read, cell_state, headline, run_cell)
 from playpen.eval.cli import EVAL_BOUNDS
-from playpen.storage import DEFAULT_STORAGE, STORAGE_ENV, atomic_write_json, checkpoint_step, checkpoints_in
+from playpen.storage import (DEFAULT_STORAGE, STORAGE_ENV, Location, Name, atomic_write_json, check_name,
+                             checkpoint_step, checkpoints_in, not_a_link, path_under)
 
 
 # ---------------------------------------------------------------- the YAML file
@@ -55,7 +56,7 @@ class GameSelector:
 
 @dataclass
 class SweepConfig:
-    name: str
+    name: Name
     models: list[str] = field(default_factory=list)  # registry names, run dirs, or checkpoint folders
     runs: list[str | RunSelector] = field(default_factory=list)
     games: list[str | GameSelector] = field(default_factory=lambda: ["all"])
@@ -69,14 +70,14 @@ class SweepConfig:
     # playpen meter on every model too: each entry its flags (classifier, prompts, samples, label, max_new_tokens,
     # temperature, threshold, limit, seed, batch_size) and an optional name (default <classifier>-<prompts stem>)
     meters: list[dict] = field(default_factory=list)
-    output_dir: str | None = None  # default <storage_root>/sweeps/<name>
-    storage_root: str | None = None
+    output_dir: Location | None = None  # default <storage_root>/sweeps/<name>
+    storage_root: Location | None = None
 
 
 # ---------------------------------------------------------------- cells
 
 def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._@+=-]+", "_", text).strip("_") or "_"
+    return re.sub(r"[^A-Za-z0-9._@+=-]+", "_", text).strip("._") or "_"  # never '..' nor hidden
 
 
 def _checkpoints(run_dir: Path) -> list[Path]:
@@ -155,7 +156,8 @@ def _meters(entries: list, where: str) -> dict[str, dict]:
         settings["prompts"] = str(Path(args.prompts).expanduser().absolute())
         if Path(args.classifier).expanduser().exists():
             settings["classifier"] = str(Path(args.classifier).expanduser().absolute())
-        name = name or f"{Path(args.classifier).name}-{Path(args.prompts).stem}"
+        name = check_name(name, f"{at}: name") if name else _safe(f"{Path(args.classifier).name}-"
+                                                                     f"{Path(args.prompts).stem}")
         if name in out:
             raise PlaypenError(f"{at}: a second meter named {name!r}; give each a distinct name:")
         out[name] = settings
@@ -198,8 +200,6 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
 
     config = load_config(SweepConfig, path, list(overrides))
     where = str(path)
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", config.name):
-        raise PlaypenError(f"{where}: name {config.name!r} must be a plain folder name (letters, digits, ._-)")
     if config.player not in ("auto", "engine", "clemcore"):
         raise PlaypenError(f"{where}: player must be auto, engine or clemcore, got {config.player!r}")
     if not config.models and not config.runs:
@@ -257,10 +257,11 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
                               max_tokens=settings["max_new_tokens"], temperature=settings["temperature"],
                               batch_size=settings["batch_size"], run=m["run"], step=m["step"],
                               checkpoint=m["checkpoint"], meter=settings))
-    root = Path(config.output_dir).expanduser() if config.output_dir else \
-        Path(config.storage_root or storage_root or os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE).expanduser() \
-        / "sweeps" / config.name
-    sweep_dir = root.absolute()
+    if config.output_dir:
+        sweep_dir = not_a_link(Path(config.output_dir).expanduser().absolute(), f"{where}: output_dir")
+    else:
+        root = str(config.storage_root or storage_root or os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE)
+        sweep_dir = path_under(Path(root).expanduser().absolute(), "sweeps", config.name, what="sweep folder")
     if sweep_dir.exists() and not (sweep_dir / SWEEP_FILE).is_file():
         other = [p.name for p in sweep_dir.iterdir() if p.name != "logs"] if sweep_dir.is_dir() else ["(a file)"]
         if other:

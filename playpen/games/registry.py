@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from playpen.errors import PlaypenError
+from playpen.storage import NAME_RULE, is_safe_name
 
 BUILTIN_DIR = Path(__file__).parent
 BUILTIN_GAMES = ("wordle", "taboo", "referencegame", "arithmetic", "debate", "consultancy")
@@ -94,6 +95,9 @@ def _checked_spec(spec: object, where: str) -> dict:
     if not isinstance(name, str) or not name.strip():
         raise PlaypenError(f"{where}: a game spec needs a string 'game_name' (clemcore's clemgame.json format); "
                            f"fix the file or remove it from the search path")
+    if not is_safe_name(name):  # it names results and records folders
+        raise PlaypenError(f"{where}: game_name {name!r} is not a safe name (it names results folders); use "
+                           f"{NAME_RULE}, or remove the file from the search path")
     players = spec.get("players", 1)
     if isinstance(players, bool) or not isinstance(players, (int, str)) or not str(players).isdigit() \
             or int(players) < 1:

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from playpen.errors import PlaypenError
+from playpen.storage import check_location, exclusive_folder, not_a_link, slug
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +56,8 @@ def check_settings(args: argparse.Namespace):
             raise PlaypenError(f"{flag} must be >= {low}, got {value}")
     if args.temperature < 0:
         raise PlaypenError(f"--temperature must be >= 0, got {args.temperature}")
+    if args.output is not None:  # (the folder reaches a job's script and is written into)
+        not_a_link(Path(check_location(str(args.output), "--output")), "--output")
     if args.output is not None and args.output.exists() and not args.output.is_dir():
         raise PlaypenError(f"--output {args.output} is a file; give a folder")
     return read_prompts(args.prompts, "--prompts", "prompts", args.limit), resolve_scorer(args.classifier, args.label)
@@ -140,7 +143,7 @@ def summarize(scores: list[float], prompt_of: list[int], threshold: float) -> di
 
 
 def _slug(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip("._") or "model"
+    return slug(name)
 
 
 def _write_model(folder: Path, name: str, prompts, rows, scores, summary) -> None:
@@ -201,7 +204,10 @@ def plot_histogram(results: list[tuple[str, list[float], dict]], out: Path, titl
 def meter(args: argparse.Namespace) -> Path:
     prompts, models, scorer_spec = _check(args)  # nothing loaded or written before this passed
     folder = args.output or Path("playpen-meter") / time.strftime("%Y-%m-%dT%H-%M-%S")
-    meter_specs(args, prompts, models, scorer_spec, folder)
+    # one meter per folder at a time, as for eval's -r: two would overwrite each other's CSVs and summaries
+    with exclusive_folder(folder, f"meter folder {folder} is in use by another playpen meter",
+                          "wait for it to end, or pick another -o"):
+        meter_specs(args, prompts, models, scorer_spec, folder)
     return folder
 
 

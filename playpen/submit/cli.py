@@ -24,7 +24,8 @@ from typing import Any, Callable
 
 from playpen.config import load_config
 from playpen.errors import PlaypenError
-from playpen.storage import DEFAULT_STORAGE, STORAGE_ENV, RunDir, resolve_storage_root
+from playpen.storage import (DEFAULT_STORAGE, STORAGE_ENV, RunDir, check_location, not_a_link, path_under,
+                             resolve_storage_root, slug)
 from playpen.submit import executor as exe
 from playpen.submit import jobs, status
 from playpen.submit.profiles import ClusterProfile, load_profile, with_container
@@ -127,7 +128,8 @@ def storage_root_for(profile: ClusterProfile, configured: str | None, check: boo
     root = configured or profile.storage_root
     if check:
         return resolve_storage_root(root)
-    return Path(root or os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE).expanduser().absolute()
+    root = check_location(str(root or os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE), "storage_root")
+    return Path(root).expanduser().absolute()
 
 
 def submit(args: argparse.Namespace) -> int:
@@ -211,7 +213,7 @@ def plan_train(args: argparse.Namespace, profile: ClusterProfile, config: str, r
     run_id = run_id_of(args.command, cfg)
     root = storage_root_for(profile, cfg.storage_root, check=not args.dry_run)
     run_dir = RunDir.for_experiment(root, cfg.experiment, run_id).path if not args.dry_run else \
-        root / cfg.experiment / run_id
+        path_under(root, cfg.experiment, run_id, what="run folder")
     job = jobs.TrainJob(args.command, config, list(args.overrides), run_id, str(status.log_dir(run_dir)),
                         profile.max_requeues, use_gpus=res.gpus_per_node > 0)
     return Plan("train", run_dir, root, job)
@@ -222,9 +224,9 @@ def plan_eval(args: argparse.Namespace, profile: ClusterProfile, config: str, re
         raise PlaypenError("eval runs on one node; drop --nodes (use a sweep to spread models over nodes)")
     spec = load_config(jobs.EvalSpec, config, list(args.overrides))
     root = storage_root_for(profile, spec.storage_root, check=not args.dry_run)
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in Path(spec.model).name)
-    results = Path(spec.results_dir).expanduser().absolute() if spec.results_dir else \
-        root / "eval" / f"{safe}-{time.strftime('%Y%m%d-%H%M%S')}"
+    safe = slug(Path(spec.model).name)
+    results = not_a_link(Path(spec.results_dir).expanduser().absolute(), "results_dir") if spec.results_dir else \
+        path_under(root, "eval", f"{safe}-{time.strftime('%Y%m%d-%H%M%S')}", what="results folder")
     job = jobs.EvalJob(spec, str(results), str(status.log_dir(results)), profile.max_requeues,
                        use_gpus=res.gpus_per_node > 0)
     return Plan("eval", results, root, job)
@@ -244,9 +246,9 @@ def plan_meter(args: argparse.Namespace, profile: ClusterProfile, config: str, r
         if settings.get("prompts") and candidate.is_file():
             settings["prompts"] = str(candidate.absolute())  # the job may start elsewhere
             break
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in Path(str(settings.get("model", ""))).name)
+    safe = slug(Path(str(settings.get("model", ""))).name)
     settings["output"] = str(Path(settings["output"]).expanduser().absolute()) if settings.get("output") else \
-        str(root / "meter" / f"{safe}-{time.strftime('%Y%m%d-%H%M%S')}")
+        str(path_under(root, "meter", f"{safe}-{time.strftime('%Y%m%d-%H%M%S')}", what="meter folder"))
     _check(parse_config(settings, config))  # prompts, models and the classifier: before anything is submitted
     job = jobs.MeterJob(settings, str(status.log_dir(Path(settings["output"]))), profile.max_requeues,
                         use_gpus=res.gpus_per_node > 0)

@@ -23,6 +23,7 @@ import submitit
 from submitit.slurm.slurm import SlurmExecutor
 
 from playpen.errors import PlaypenError
+from playpen.storage import check_location
 from playpen.submit.container import exec_prefix, find_runtime
 from playpen.submit.profiles import ClusterProfile, job_submission_env, parse_time_min
 
@@ -233,6 +234,10 @@ class _PreviewSlurmExecutor(SlurmExecutor):
 
 def make_executor(kind: str, folder: Path, profile: ClusterProfile, res: Resources, job_name: str,
                   storage_root: Path, preview: bool = False) -> submitit.Executor:
+    # the last gate before a script is written: every path in it was checked where it was read; this is the
+    # check that no new source of a path skipped that (#SBATCH lines honour no quoting)
+    check_location(str(folder), "job log folder")
+    check_location(str(storage_root), "storage_root")
     python = python_command(profile, storage_root, gpus=res.gpus_per_node > 0, local=kind == "local")
     if kind == "slurm":
         cls = _PreviewSlurmExecutor if preview else SlurmExecutor

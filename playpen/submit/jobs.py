@@ -18,7 +18,7 @@ import submitit
 from playpen.config import signature_dataclass
 from playpen.eval.cli import EVAL_BOUNDS
 from playpen.eval.evaluation import evaluate
-from playpen.storage import append_jsonl, read_jsonl
+from playpen.storage import Location, append_jsonl, read_jsonl
 from playpen.submit.launch import TaskInfo, setup_distributed
 
 EVENTS_FILE = "job-events.jsonl"
@@ -95,8 +95,9 @@ class TrainJob(PlaypenJob):
 
 # `submit eval --config FILE`: the arguments of `playpen eval` (playpen.eval.evaluate) as YAML keys, taken from
 # its signature; results_dir defaults to <storage_root>/eval/<model>-<time>
-EvalSpec = signature_dataclass(evaluate, "EvalSpec", skip=("log",),
-                               extra=(("storage_root", Optional[str], None),), bounds=EVAL_BOUNDS)
+EvalSpec = signature_dataclass(evaluate, "EvalSpec", skip=("log",), bounds=EVAL_BOUNDS,
+                               extra=(("storage_root", Optional[Location], None),),
+                               types={"results_dir": Optional[Location]})
 
 
 class EvalJob(PlaypenJob):

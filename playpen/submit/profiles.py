@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from playpen.config import bounded, build, load_yaml
 from playpen.errors import PlaypenError
+from playpen.storage import Location
 
 PROFILE_ENV = "PLAYPEN_CLUSTER"
 DEFAULT_PROFILE = "local"
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 REPO_PROFILES = Path(__file__).resolve().parents[2] / "configs" / "cluster"
 
 # Names of the submitting shell's variables that never reach a job (unless listed in `env_keep`): SLURM's own
@@ -58,8 +60,8 @@ class ClusterProfile:
     signal_delay_s: int = bounded(120, ge=0)  # USR2 this long before the time limit: time to reach a checkpoint
     # job environment
     setup: list[str] = field(default_factory=list)  # shell lines before the job starts (module load ...)
-    storage_root: str | None = None  # shared storage for run dirs; None: $PLAYPEN_STORAGE or ./runs
-    scratch: str | None = None  # node-local or scratch space, bound into the container
+    storage_root: Location | None = None  # shared storage for run dirs; None: $PLAYPEN_STORAGE or ./runs
+    scratch: str | None = None  # node-local or scratch space, bound into the container (may use $VARS)
     env: dict[str, str] = field(default_factory=dict)  # exported in the job (caches: HF_HOME, ...)
     nccl: dict[str, str] = field(default_factory=dict)  # NCCL_* settings, exported in the job
     env_keep: list[str] = field(default_factory=list)  # secret-looking variables that may reach the job
@@ -126,10 +128,23 @@ def load_profile(name: str | None = None) -> ClusterProfile:
     path = profile_path(name)
     profile = build(ClusterProfile, {"name": path.stem, **load_yaml(path, "cluster profile")}, str(path))
     profile.time_min  # noqa: B018  (checks the time format now)
+    _no_control_characters(asdict(profile), str(path))
     if profile.container.runtime not in ("apptainer", "singularity"):
         raise PlaypenError(f"{path}: container.runtime must be apptainer or singularity, "
                            f"got {profile.container.runtime!r}")
     return profile
+
+
+def _no_control_characters(node: Any, where: str) -> None:
+    """Every value of a profile reaches the sbatch script (#SBATCH lines, setup, exports, srun): a newline or other
+    control character there would write lines of its own."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        at = f"{where}: {key}" if isinstance(node, dict) else f"{where}[{key}]"
+        if isinstance(key, str) and CONTROL.search(key) or isinstance(value, str) and CONTROL.search(value):
+            raise PlaypenError(f"{at}: {value!r} contains a control character (newline, tab, ...); a job script "
+                               f"takes it verbatim: write it on one line")
+        _no_control_characters(value, at)
 
 
 def with_container(profile: ClusterProfile, image: str | None) -> ClusterProfile:

@@ -33,7 +33,8 @@ import yaml
 
 from playpen.config import bounded, dump_yaml, load_config, to_dict
 from playpen.errors import PlaypenError
-from playpen.storage import RunDir, atomic_write_json, atomic_write_text, checkpoints_in, exclusive_folder
+from playpen.storage import (Location, Name, RunDir, atomic_write_json, atomic_write_text, checkpoints_in,
+                             exclusive_folder)
 from playpen.train import METHODS, distributed, modeling, trl_args
 from playpen.train.checkpoints import (find_resume_checkpoint, load_state, remove_incomplete,
                                        resume_state_callback, truncate_jsonl)
@@ -50,10 +51,10 @@ NOT_COMPARED = ("run_id", "storage_root", "cpu_threads", "allow_config_change")
 class TrainConfig:
     """Keys every method shares. Method configs add their own (data, game, ...)."""
 
-    experiment: str                      # run dir: <storage_root>/<experiment>/<run_id>
+    experiment: Name                     # run dir: <storage_root>/<experiment>/<run_id>
     model: str = "playpen-tiny"          # registry name (`playpen list models`) or a local Hugging Face folder
-    run_id: str | None = None            # default: <method>-<hash of this config>, so a rerun resumes
-    storage_root: str | None = None      # default: $PLAYPEN_STORAGE, else ./runs
+    run_id: Name | None = None           # default: <method>-<hash of this config>, so a rerun resumes
+    storage_root: Location | None = None  # default: $PLAYPEN_STORAGE, else ./runs
     seed: int = bounded(42, ge=0)     # numpy and torch take seeds >= 0
     lora: dict | None = field(default_factory=dict)  # LoraConfig keys over the seed default; null = full weights
     quantization: str | None = None      # null | 4bit | 8bit (bitsandbytes; QLoRA with lora)

@@ -23,14 +23,14 @@ from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.games.debate.records import Episode, episodes_under, mean
-from playpen.storage import atomic_write_json
+from playpen.storage import Location, Name, atomic_write_json, path_under
 
 PROGRAMMATIC = "programmatic"  # the expert advocate in an advocate's seat, the programmatic judge in the judge's
 
 
 @dataclass
 class TournamentConfig:
-    name: str
+    name: Name
     debaters: list[str] = field(default_factory=list)  # registry names or "programmatic" (consultants too)
     judges: list[str] = field(default_factory=list)
     game: str = "debate"                 # or consultancy
@@ -40,7 +40,7 @@ class TournamentConfig:
     max_tokens: int = 300
     temperature: float = 0.0
     batch_size: int = 8
-    output_dir: str = "runs/tournaments"  # the tournament folder is <output_dir>/<name>
+    output_dir: Location = "runs/tournaments"  # the tournament folder is <output_dir>/<name>
 
 
 def check(cfg: TournamentConfig, where: str) -> None:
@@ -79,7 +79,7 @@ def _model(name: str, cache: dict, cfg: TournamentConfig):
 
 
 def tournament_dir(cfg: TournamentConfig) -> Path:
-    return Path(cfg.output_dir).expanduser().absolute() / cfg.name
+    return path_under(Path(cfg.output_dir).expanduser().absolute(), cfg.name, what="tournament folder")
 
 
 def _instances(cfg: TournamentConfig):
