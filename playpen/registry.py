@@ -20,7 +20,7 @@ from pathlib import Path
 
 from playpen.config import read_text
 from playpen.errors import PlaypenError
-from playpen.storage import is_run_dir
+from playpen.storage import NAME_RULE, is_run_dir, is_safe_name
 
 PACKAGED_MODELS = Path(__file__).parent / "models" / "model_registry.json"
 MODEL_REGISTRY_FILE = "model_registry.json"
@@ -66,6 +66,8 @@ def _entries_from(path: Path, source: str) -> list[ModelEntry]:
 def _entry_problem(spec: dict) -> str | None:
     """What makes a registry entry unusable, checked when the registry is read: every later reader (`playpen list
     models`, eval, training) may then take these keys as they are."""
+    if not is_safe_name(spec["model_name"]):  # it names results and records folders (clemcore's layout)
+        return f"model_name is not a safe name (it names results folders); use {NAME_RULE}"
     if not isinstance(spec.get("backend"), str) or not spec["backend"]:
         return f"needs a string 'backend' (e.g. huggingface_local, openai), got {spec.get('backend')!r}"
     if not isinstance(spec.get("model_config", {}), dict):
@@ -95,8 +97,17 @@ def model_entries(cwd: Path | None = None, storage_root: Path | None = None) -> 
     custom = custom_model_registry(cwd)
     entries = _entries_from(custom, str(custom)) if custom.is_file() else []
     for registry in run_registries(storage_root):
-        entries += _entries_from(registry, str(registry))
+        try:
+            entries += _entries_from(registry, str(registry))
+        except PlaypenError as e:  # one broken run (anyone's, on shared storage) must not block every lookup
+            _warn_once(f"playpen: warning: skipping a run's model registry: {e}")
     return entries + _entries_from(PACKAGED_MODELS, "packaged")
+
+
+def _warn_once(message: str) -> None:
+    if message not in _NOTED:
+        _NOTED.add(message)
+        print(message, file=sys.stderr, flush=True)
 
 
 def _expand(spec: dict) -> dict:

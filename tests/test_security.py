@@ -170,7 +170,7 @@ def test_a_model_name_from_a_registry_cannot_leave_the_results_folder(capsys, wo
     (work / "model_registry.json").write_text(json.dumps([{"model_name": "../../victim", "huggingface_id": "x/y",
                                                            "backend": "huggingface_local"}]))
     err = refused(capsys, ["eval", "../../victim", "-g", "wordle", "-r", "ev/R1"], work)
-    assert "model name '../../victim' cannot name a results folder" in err, err
+    assert "model_registry.json: entry 0 ('../../victim') model_name is not a safe name" in err, err
 
 
 @pytest.mark.parametrize("value", ["../../x", "/tmp/x", "..", "a\nb"])

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
 import zipfile
 from pathlib import Path
 from typing import Callable
 
 from playpen.errors import PlaypenError
-from playpen.storage import atomic_write_json, atomic_write_text, checkpoint_step, checkpoints_in, read_jsonl
+from playpen.storage import (atomic_write_json, atomic_write_text, checkpoint_step, checkpoints_in, read_jsonl,
+                             remove_tree)
 
 STATE_FILE = "playpen_state.json"
 FULL_CHECK_BYTES = 1 << 30  # zip files above this get a structural check only (CRCs of 10s of GB take minutes)
@@ -94,7 +94,7 @@ def remove_incomplete(folder: Path, keep: Path | None) -> None:
     keep_step = checkpoint_step(keep) if keep else -1
     for step, path in checkpoints_in(folder):
         if step > keep_step:
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree(path, folder)
 
 
 def load_state(checkpoint: Path | None) -> dict:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.games.instances import generate_instances, instances_file, load_instances, pick_generated
+from playpen.storage import remove_tree
 from playpen.train import distributed, modeling
 from playpen.train.players import load_clemcore_model, resolve_teacher
 from playpen.train.runner import TrainConfig
@@ -227,6 +227,6 @@ def clear_records(records_dir: Path, drop) -> list[Path]:
         for tag_dir in models_dir.iterdir():
             match = TAG.match(tag_dir.name)
             if tag_dir.is_dir() and match and drop(match["prefix"], int(match["step"])):
-                shutil.rmtree(tag_dir, ignore_errors=True)
+                remove_tree(tag_dir, records_dir)
                 removed.append(tag_dir)
     return removed
