@@ -44,6 +44,8 @@ def _row_problem(row: dict) -> str | None:
             return f"missing '{name}' (rows are {{chosen, rejected[, prompt]}} or {{text, label[, prompt]}})"
         if problem := _side_problem(row[name], name):
             return problem
+    if problem := data_files.same_sides(row):
+        return problem
     return _side_problem(row["prompt"], "prompt") if "prompt" in row else None
 
 
@@ -67,7 +69,8 @@ def _labelled_pairs(rows: list[dict], margin: float, per_text: int, seed: int) -
     pairs = []
     for group in groups.values():
         for row in group:
-            lower = [other for other in group if other["label"] < row["label"] - margin]
+            lower = [other for other in group if other["label"] < row["label"] - margin
+                     and other["text"] != row["text"]]  # one text labelled twice prefers nothing
             for other in rng.sample(lower, min(per_text, len(lower))):
                 pairs.append(_preference({"prompt": row.get("prompt"), "chosen": row["text"],
                                           "rejected": other["text"]}))

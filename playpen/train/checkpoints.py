@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 from playpen.errors import PlaypenError
@@ -44,6 +46,20 @@ def _check_safetensors(path: Path) -> str | None:
     return None if size == 8 + length + end else f"{size} bytes, header says {8 + length + end}"
 
 
+def _non_finite(path: Path) -> str | None:
+    """The first floating-point tensor holding NaN or inf: such weights train on silently (loss 0.0 or nan
+    every step after) and end as a registered model that is all NaN."""
+    import torch
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        for name in f.keys():
+            tensor = f.get_tensor(name)
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                return f"tensor {name} holds NaN or inf values"
+    return None
+
+
 def _check_zip(path: Path) -> str | None:
     try:
         with zipfile.ZipFile(path) as z:
@@ -66,7 +82,7 @@ def validate_checkpoint(checkpoint: Path) -> None:
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 why = f"malformed JSON: {e}"
         elif path.suffix == ".safetensors":
-            why = _check_safetensors(path)
+            why = _check_safetensors(path) or _non_finite(path)
         elif path.suffix in (".pt", ".pth", ".bin"):
             why = _check_zip(path)
         if why:
@@ -95,6 +111,28 @@ def remove_incomplete(folder: Path, keep: Path | None) -> None:
     for step, path in checkpoints_in(folder):
         if step > keep_step:
             remove_tree(path, folder)
+
+
+TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin", STATE_FILE)
+
+
+class CheckpointAsFinal:
+    """The trainer of a run whose last complete checkpoint is already its last step (the job was killed after
+    saving it and before finished.json): resuming would train one step past max_steps, so nothing trains and
+    `save_model` copies the checkpoint's model files (weights or adapter, config, tokenizer) as the final model."""
+
+    def __init__(self, checkpoint: Path, global_step: int):
+        self.checkpoint = checkpoint
+        self.state = SimpleNamespace(global_step=global_step)
+
+    def save_model(self, output_dir: str) -> None:
+        if os.environ.get("RANK", "0") != "0":
+            return
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for path in sorted(self.checkpoint.iterdir()):
+            if path.is_file() and path.name not in TRAINING_STATE and not path.name.startswith("rng_state"):
+                shutil.copy2(path, out / path.name)
 
 
 def load_state(checkpoint: Path | None) -> dict:

@@ -9,6 +9,14 @@ from playpen.config import read_text
 from playpen.errors import PlaypenError
 
 
+def same_sides(row: dict) -> str | None:
+    """A preference row whose chosen and rejected are the same prefers nothing: trained on, it teaches noise (a
+    reward model of accuracy 0), so it is refused with its line like any other bad row."""
+    if row.get("chosen") == row.get("rejected"):
+        return "'chosen' and 'rejected' are the same; a pair must prefer one reply over a different one"
+    return None
+
+
 def read_jsonl_rows(path: str | None, where: str, key: str, check_row, limit: int | None = None) -> list[dict]:
     """Rows of a jsonl file, each checked by `check_row(row) -> error or None`; errors name the line."""
     import json

@@ -14,6 +14,7 @@ rerun resumes inside the round it stopped in, without replaying finished rounds.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +49,7 @@ def _row_problem(row: dict) -> str | None:
             return f"missing '{name}' (rows need prompt, chosen, rejected)"
         if problem := _side(row[name], name):
             return problem
-    return None
+    return data_files.same_sides(row)
 
 
 def _dataset(rows: list[dict]):
@@ -79,7 +80,7 @@ class DPO(Recipe):
     def find_resume(self, cfg: Config, run) -> tuple[Path | None, int]:
         if cfg.data:
             return super().find_resume(cfg, run)
-        for k in reversed(range(cfg.iterations)):
+        for k in reversed(_rounds_on_disk(run, cfg.iterations)):  # (not range(iterations): it may be huge)
             folder = _iter_dir(run, k)
             if (folder / DONE).is_file():
                 return None, json.loads((folder / DONE).read_text())["global_step"]
@@ -195,6 +196,14 @@ DONE = "round_done.json"
 
 def _iter_dir(run, k: int) -> Path:
     return run.checkpoints / f"iter_{k:02d}"
+
+
+def _rounds_on_disk(run, iterations: int) -> list[int]:
+    """The rounds below `iterations` that have a folder, in order: what a resume looks at."""
+    if not run.checkpoints.is_dir():
+        return []
+    found = (re.fullmatch(r"iter_(\d+)", p.name) for p in run.checkpoints.iterdir() if p.is_dir())
+    return sorted(k for m in found if m and (k := int(m.group(1))) < iterations)
 
 
 def _plain_pair(pair: dict) -> dict:

@@ -37,6 +37,21 @@ def progress_line(metrics_file: str | Path) -> str | None:
     return "  ".join(parts)
 
 
+def _stop_on_non_finite_loss(logs: dict, step: int, checkpoints: Path) -> None:
+    """A nan/inf loss means the weights are (or are about to be) garbage: stop before the step's checkpoint is
+    saved (the Trainer logs, then saves) rather than train on and register a model of NaN."""
+    from playpen.errors import PlaypenError
+    from playpen.storage import checkpoints_in
+
+    bad = {k: v for k, v in logs.items() if "loss" in k and isinstance(v, float) and not math.isfinite(v)}
+    if bad:
+        key, value = next(iter(bad.items()))
+        saved = checkpoints_in(checkpoints)
+        where = f"the last checkpoint is {saved[-1][1]}" if saved else "no checkpoint was saved"
+        raise PlaypenError(f"{key} is {value} at step {step}: training diverged, so it stops here ({where}); lower "
+                           f"trainer.learning_rate and rerun with allow_config_change=true, or pass run_id=<new id>")
+
+
 def _make_callback():
     from transformers import TrainerCallback
 
@@ -60,9 +75,10 @@ def _make_callback():
                 self._open()
 
         def on_log(self, args, state, control, logs=None, **kwargs):
+            step = self.step_offset + state.global_step
+            _stop_on_non_finite_loss(logs or {}, step, Path(args.output_dir))  # every rank: they log the same loss
             if not state.is_world_process_zero or not logs:
                 return
-            step = self.step_offset + state.global_step
             row = {"step": step, "time": round(time.time(), 3), "max_steps": self.step_offset + state.max_steps}
             for key, value in logs.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):

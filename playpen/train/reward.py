@@ -53,6 +53,7 @@ def _pairs(cfg: Config, where: str) -> list[dict]:
 class Reward(Recipe):
     name = "reward"
     next_step = "reward_model: {name} in a GRPO config, or playpen meter MODEL --classifier {name}"
+    finishes_from_checkpoint = False  # fit measures the held-out accuracy and writes the score format beside final/
     Config = Config
     trl_config = "RewardConfig"
 

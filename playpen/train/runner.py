@@ -36,7 +36,7 @@ from playpen.errors import PlaypenError
 from playpen.storage import (Location, Name, RunDir, atomic_write_json, atomic_write_text, checkpoints_in,
                              exclusive_folder)
 from playpen.train import METHODS, distributed, modeling, trl_args
-from playpen.train.checkpoints import (find_resume_checkpoint, load_state, remove_incomplete,
+from playpen.train.checkpoints import (CheckpointAsFinal, find_resume_checkpoint, load_state, remove_incomplete,
                                        resume_state_callback, truncate_jsonl)
 from playpen.train.metrics import CURVE_FILE, metrics_callback, plot_curve
 
@@ -75,6 +75,7 @@ class Recipe:
     Config: type = TrainConfig
     trl_config = ""  # class name in trl
     next_step = "playpen eval {name}"  # what to do with the registered model ({name}); None: nothing to say
+    finishes_from_checkpoint = True  # a last checkpoint at max_steps is the final model (False: fit writes more)
 
     def check(self, cfg, where: str) -> None:
         """Validate the method's own inputs (files, game, teacher); must not write anything."""
@@ -245,6 +246,10 @@ def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
         return run_dir
     resume, reached = recipe.find_resume(cfg, run_dir)
     _quiet_libraries()
+    if resume is not None and recipe.finishes_from_checkpoint and 0 < recipe.planned_steps(cfg) <= reached:
+        _finish_from_checkpoint(Session(recipe, cfg, where, run_dir, spec, deepspeed, resume=resume,
+                                        state={**load_state(resume), "global_step": reached}))
+        return run_dir
     _set_threads(cfg.cpu_threads)
     owns_group = distributed.init_deepspeed_distributed() if deepspeed else False
     try:
@@ -373,6 +378,16 @@ def _hold_run_dir(session: Session):
             raise PlaypenError(f"run {run.path} changed while the model loaded (another playpen train of it "
                                f"ended?); run the same command again to continue from where it is now")
         yield
+
+
+def _finish_from_checkpoint(session: Session) -> None:
+    """The job was killed after its last checkpoint (max_steps) and before finished.json: finish from that
+    checkpoint (final model, registry entry, curve) without training a step more."""
+    session.tokenizer = modeling.load_tokenizer(session.spec["huggingface_id"])
+    with _hold_run_dir(session):
+        session.log(f"[playpen] {session.resume} is the last step ({session.state['global_step']}); finishing "
+                    f"{session.run.path} from it, nothing trained")
+        _finish(session, CheckpointAsFinal(session.resume, session.state["global_step"]))
 
 
 def _build(session: Session) -> None:

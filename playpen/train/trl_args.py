@@ -16,7 +16,8 @@ from playpen.errors import PlaypenError
 # Keys playpen sets itself from the top level of the config; users set them there, not under `trainer:`.
 MANAGED = {"output_dir": "the run directory", "seed": "seed", "data_seed": "seed", "deepspeed": "deepspeed",
            "report_to": "playpen's metrics (metrics.jsonl + tensorboard)", "use_cpu": "automatic",
-           "resume_from_checkpoint": "automatic resume", "push_to_hub": "not supported"}
+           "resume_from_checkpoint": "automatic resume", "push_to_hub": "not supported",
+           "logging_nan_inf_filter": "playpen stops on a non-finite loss"}
 ALIASES = {"gradient_checkpointing": "activation_checkpointing",
            "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs"}
 # TRL keys that recipes set from playpen's own keys (Recipe.forced), by the key a user sets instead
@@ -116,6 +117,7 @@ def trl_arguments(cls, section: dict, where: str, *, output_dir: Path, seed: int
         "dataloader_num_workers": 0, "activation_checkpointing": False,
         **defaults, **section, **(forced or {}),
         "output_dir": str(output_dir), "seed": seed, "data_seed": seed, "report_to": "none",
+        "logging_nan_inf_filter": False,  # the Trainer would log a nan loss as the window's mean: playpen stops
         "use_cpu": not cuda, "deepspeed": deepspeed,
     }
     if not cuda:

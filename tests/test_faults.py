@@ -1,0 +1,127 @@
+"""Issue 24, section 3: faults that used to leave wrong results with exit 0.
+
+A job killed during the final save, NaN weights in a checkpoint or a NaN loss, a huge `iterations`, identical
+preference pairs, a metrics.jsonl cut off mid-line. Runs are playpen-tiny for 2 steps (tests/test_integrity.py's)."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from playpen.cli import main
+from playpen.errors import PlaypenError
+from playpen.storage import RunDir, read_jsonl
+from tests.test_integrity import copy_of, home, inputs, refused, run_argv, trained  # noqa: F401  (fixtures)
+
+
+@pytest.fixture
+def work(home: Path) -> Path:  # noqa: F811
+    return home
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+@pytest.mark.parametrize("cut", ["no finished.json", "finished.json cut off"])
+@pytest.mark.parametrize("name", ["sft", "grpo"])
+def test_killed_during_the_final_save_finishes_without_training(capsys, work, trained, inputs, name,  # noqa: F811
+                                                                cut):
+    """checkpoint-2 (= max_steps) is complete; the job died before finished.json: the rerun finishes from the
+    checkpoint (final model = its weights, registry entry, finished.json at step 2) and trains no step 3."""
+    root = copy_of(trained(name), work)
+    run = root / name / "try2"
+    adapter = (run / "final" / "adapter_model.safetensors").read_bytes()
+    for leftover in ("model_registry.json", "learning_curve.png"):
+        (run / leftover).unlink()
+    if cut == "no finished.json":
+        (run / "finished.json").unlink()
+        for path in (run / "final").iterdir():
+            path.unlink()
+        (run / "final").rmdir()
+    else:
+        (run / "finished.json").write_text('{"global_step": 2, "fin')
+    capsys.readouterr()
+    assert main(run_argv(name, root, inputs)) == 0
+    out = capsys.readouterr().out
+    assert f"checkpoint-2 is the last step (2); finishing {run} from it, nothing trained" in out, out
+    assert json.loads((run / "finished.json").read_text())["global_step"] == 2
+    assert {p.name for p in (run / "checkpoints").glob("checkpoint-*")} == {"checkpoint-2"}
+    assert max(r["step"] for r in read_jsonl(run / "metrics.jsonl")) == 2
+    assert (run / "final" / "adapter_model.safetensors").read_bytes() == adapter  # the checkpoint's weights
+    assert "optimizer.pt" not in _files(run / "final")
+    assert json.loads((run / "model_registry.json").read_text())[0]["model_name"] == f"{name}-try2"
+    assert main(run_argv(name, root, inputs)) == 0  # and now it is complete
+    assert "already complete" in capsys.readouterr().out
+
+
+def test_nan_weights_in_the_newest_checkpoint_stop_the_run(capsys, work, trained, inputs):  # noqa: F811
+    """Same byte length, NaN values: refused in one line naming the file, before anything is written."""
+    root = copy_of(trained("sft"), work)
+    run = root / "sft" / "try2"
+    (run / "finished.json").unlink()
+    weights = run / "checkpoints" / "checkpoint-2" / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    length = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + length])
+    first = sorted(k for k in header if k != "__metadata__")[0]
+    start, end = (8 + length + offset for offset in header[first]["data_offsets"])
+    nan = {"F32": b"\x00\x00\xc0\x7f", "BF16": b"\xc0\x7f", "F16": b"\x00\x7e"}[header[first]["dtype"]]
+    data[start:end] = nan * ((end - start) // len(nan))  # in place: the file keeps its byte length
+    weights.write_bytes(bytes(data))
+    err = refused(capsys, run_argv("sft", root, inputs), run)
+    assert f"checkpoint file {weights} is corrupt (tensor {first} holds NaN or inf values); delete " \
+           f"{weights.parent} to resume from the checkpoint before it" in err, err
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_loss_stops_training_naming_the_last_checkpoint(tmp_path, value):
+    from playpen.train.metrics import _stop_on_non_finite_loss
+
+    (tmp_path / "checkpoint-4").mkdir()
+    _stop_on_non_finite_loss({"loss": 0.5, "learning_rate": 1e-4}, 5, tmp_path)  # finite: nothing happens
+    with pytest.raises(PlaypenError, match=rf"^loss is {value} at step 5: training diverged, so it stops here "
+                                           rf"\(the last checkpoint is {tmp_path / 'checkpoint-4'}\)"):
+        _stop_on_non_finite_loss({"loss": value}, 5, tmp_path)
+
+
+def test_the_trainer_logs_a_nan_loss_as_nan(tmp_path):
+    """Transformers' logging_nan_inf_filter would log a nan loss as the window's mean: off, and not settable."""
+    from trl import SFTConfig
+
+    from playpen.train.trl_args import trl_arguments
+
+    args = trl_arguments(SFTConfig, {"max_steps": 2}, "x.yaml", output_dir=tmp_path, seed=0, deepspeed=None,
+                         defaults={})
+    assert args.logging_nan_inf_filter is False
+    with pytest.raises(PlaypenError, match="logging_nan_inf_filter"):
+        trl_arguments(SFTConfig, {"logging_nan_inf_filter": True}, "x.yaml", output_dir=tmp_path, seed=0,
+                      deepspeed=None, defaults={})
+
+
+def test_a_huge_iterations_count_does_not_hang_the_resume_check(tmp_path):
+    from playpen.train.dpo import DPO, DONE, _iter_dir
+
+    run = RunDir(tmp_path / "run").create()
+    cfg = SimpleNamespace(data=None, iterations=1_000_000_000)
+    started = time.perf_counter()
+    assert DPO().find_resume(cfg, run) == (None, 0)
+    _iter_dir(run, 0).mkdir()
+    (_iter_dir(run, 0) / DONE).write_text('{"global_step": 3}')
+    assert DPO().find_resume(cfg, run) == (None, 3)
+    assert not DPO().is_complete(cfg, run, 3)
+    assert time.perf_counter() - started < 5
+
+
+@pytest.mark.parametrize("method", ["dpo", "reward"])
+def test_identical_chosen_and_rejected_are_refused(capsys, work, method):
+    turn = [{"role": "user", "content": "2 + 2?"}]
+    same = [{"role": "assistant", "content": "4"}]
+    rows = [{"prompt": turn, "chosen": same, "rejected": [{"role": "assistant", "content": "5"}]},
+            {"prompt": turn, "chosen": same, "rejected": same}]
+    (work / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    err = refused(capsys, ["train", method, "experiment=x", "data=pairs.jsonl", "storage_root=runs"], work)
+    assert "pairs.jsonl:2" in err and "'chosen' and 'rejected' are the same" in err, err
