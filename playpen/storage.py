@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import socket
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -174,10 +175,29 @@ def append_jsonl(path: str | Path, record: dict) -> None:
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
+    """The rows of a jsonl file. A last line cut off mid-write (a job killed while appending) is dropped with a
+    warning: the row is lost either way, the rows before it are whole. A bad line elsewhere is one error line."""
     path = Path(path)
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = path.read_text(errors="replace")
+    lines = text.splitlines()
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            if number == len(lines) and not text.endswith("\n"):
+                print(f"playpen: warning: {path}:{number}: dropped a cut-off last line (the job stopped while "
+                      f"writing it)", file=sys.stderr, flush=True)
+                break
+            raise PlaypenError(f"{path}:{number}: not a JSON line ({e.msg}); remove or fix that line") from None
+        if not isinstance(row, dict):
+            raise PlaypenError(f"{path}:{number}: expected a JSON object per line, got {type(row).__name__}")
+        rows.append(row)
+    return rows
 
 
 LOCK_FILE = ".playpen.lock"

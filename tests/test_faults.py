@@ -5,6 +5,7 @@ preference pairs, a metrics.jsonl cut off mid-line. Runs are playpen-tiny for 2 
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -125,3 +126,53 @@ def test_identical_chosen_and_rejected_are_refused(capsys, work, method):
     (work / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     err = refused(capsys, ["train", method, "experiment=x", "data=pairs.jsonl", "storage_root=runs"], work)
     assert "pairs.jsonl:2" in err and "'chosen' and 'rejected' are the same" in err, err
+
+
+# ---------------------------------------------------------------- section 4: one line instead of a traceback
+
+def test_a_cut_off_metrics_tail_is_dropped_with_a_warning(capsys, tmp_path):
+    from playpen.train.checkpoints import truncate_jsonl
+
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n{"step": 3, "lo')
+    assert [r["step"] for r in read_jsonl(metrics)] == [1, 2]
+    assert f"{metrics}:3: dropped a cut-off last line" in capsys.readouterr().err
+    truncate_jsonl(metrics, 2)  # on resume: the file is whole again before the next row is appended
+    assert metrics.read_text() == '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n'
+    metrics.write_text('{"step": 1}\n{"st\n{"step": 3}\n')  # a bad line in the middle is no cut-off tail
+    with pytest.raises(PlaypenError, match=rf"^{metrics}:2: not a JSON line"):
+        read_jsonl(metrics)
+
+
+def test_a_broken_run_registry_is_skipped_with_a_warning(capsys, tmp_path):
+    from playpen.registry import model_entries
+
+    run = tmp_path / "runs" / "x" / "r1"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "model_registry.json").write_text('[{"model_name": "x-r1", ')
+    names = [e.name for e in model_entries(cwd=tmp_path, storage_root=tmp_path / "runs")]
+    assert "playpen-tiny" in names
+    err = capsys.readouterr().err
+    assert f"playpen: warning: skipping a run's model registry: {run / 'model_registry.json'}:1:" in err, err
+
+
+@pytest.mark.parametrize("path,message", [
+    ("/", "entry 0: no clemgame.json found in / (searched 3 levels down)"),
+    ("/etc/hostname", "entry 0: benchmark_path /etc/hostname is a file, not a folder"),
+])
+def test_a_benchmark_path_that_is_not_a_benchmark(capsys, work, path, message):
+    (work / "game_registry.json").write_text(json.dumps([{"benchmark_path": path}]))
+    err = refused(capsys, ["list", "games"], work)
+    assert message in err, err
+
+
+@pytest.mark.parametrize("data,message", [
+    ({"experiments": [{"name": "a", "game_instances": []}]}, "has no game instances"),
+    ({"experiments": [{"name": "../../x", "game_instances": [{"game_id": 0}]}]},
+     "name '../../x' is not a safe name"),
+])
+def test_instances_that_cannot_be_played(data, message):
+    from playpen.games.instances import instance_pairs
+
+    with pytest.raises(PlaypenError, match=re.escape(message)):
+        instance_pairs(data, "in/instances.json")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.games.registry import GameEntry, resolve_game
+from playpen.storage import NAME_RULE, is_safe_name
 
 VALIDATION, TRAIN = "validation", "train"
 TRAIN_FILE = "instances_train"
@@ -98,6 +99,8 @@ def instance_pairs(data: object, where: str) -> list[tuple[dict, dict]]:
         here = f"{where}: experiments[{i}]"
         if not isinstance(experiment, dict) or not isinstance(experiment.get("name"), str) or not experiment["name"]:
             raise PlaypenError(f"{here} needs a non-empty string 'name'")
+        if not is_safe_name(experiment["name"]):  # it names a results folder (<game>/<experiment>/instance_N)
+            raise PlaypenError(f"{here}: name {experiment['name']!r} is not a safe name; use {NAME_RULE}")
         instances = experiment.get("game_instances")
         if not isinstance(instances, list):
             raise PlaypenError(f"{here} ('{experiment['name']}') needs a list 'game_instances'")
@@ -110,6 +113,9 @@ def instance_pairs(data: object, where: str) -> list[tuple[dict, dict]]:
         if key in seen:
             raise PlaypenError(f"{where}: experiment '{key[0]}' has game_id {key[1]} twice")
         seen.add(key)
+    if not pairs:  # else a run would play nothing and blame the episodes ("no episode finished")
+        raise PlaypenError(f"{where}: has no game instances (every experiment's game_instances is empty); "
+                           f"generate instances or pick another instance set")
     return pairs
 
 

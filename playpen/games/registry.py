@@ -109,7 +109,11 @@ def games_in_folder(folder: Path, source: str, depth: int = 0) -> list[GameEntry
     """Games below `folder` as clem searches them: a folder with clemgame.json is a game folder (one spec or a
     list); otherwise its sub-folders, sorted, up to SEARCH_DEPTH levels, skipping hidden and clem's skipped dirs."""
     spec_file = folder / "clemgame.json"
-    if spec_file.is_file():
+    try:
+        has_spec = spec_file.is_file()
+    except OSError:  # a folder that cannot be looked into (/proc/1/fdinfo): no game there
+        return []
+    if has_spec:
         data = _read_json(spec_file)
         if not isinstance(data, list):
             return [GameEntry(_checked_spec(data, str(spec_file))["game_name"], folder, source, data)]
@@ -120,10 +124,14 @@ def games_in_folder(folder: Path, source: str, depth: int = 0) -> list[GameEntry
     found = []
     try:
         children = sorted(folder.iterdir())
-    except PermissionError:
+    except OSError:  # unreadable (another user's folder, /proc): clem skips it too
         return []
     for child in children:
-        if child.is_dir() and not child.name.startswith(".") and child.name not in SKIPPED_DIRS:
+        try:
+            is_dir = child.is_dir()
+        except OSError:  # e.g. /proc/1/cwd: a link that cannot be followed
+            continue
+        if is_dir and not child.name.startswith(".") and child.name not in SKIPPED_DIRS:
             found += games_in_folder(child, source, depth + 1)
     return found
 
@@ -141,8 +149,9 @@ def _registry_games(registry: Path) -> list[GameEntry]:
         raw = item.get("benchmark_path") or item["game_path"]
         path = (registry.parent / Path(str(raw)).expanduser()).resolve()
         if not path.is_dir():
+            what = "is a file, not a folder" if path.exists() else "does not exist"
             raise PlaypenError(f"{where}: {'benchmark_path' if 'benchmark_path' in item else 'game_path'} {raw} "
-                               f"does not exist ({path}); fix the path or remove the entry")
+                               f"{what} ({path}); fix the path or remove the entry")
         if "benchmark_path" in item:
             games = games_in_folder(path, str(registry))
             if not games:

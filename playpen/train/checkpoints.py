@@ -148,7 +148,8 @@ def truncate_jsonl(path: Path, step: int) -> None:
     """Keep rows up to `step`: the steps after the resumed checkpoint are logged again on replay."""
     rows = read_jsonl(path)
     kept = [r for r in rows if r.get("step", 0) <= step]
-    if len(kept) != len(rows):
+    cut_off = path.is_file() and path.stat().st_size and not path.read_bytes().endswith(b"\n")
+    if len(kept) != len(rows) or cut_off:  # (a cut-off line would run into the next row appended)
         atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
