@@ -203,7 +203,7 @@ def plot_histogram(results: list[tuple[str, list[float], dict]], out: Path, titl
 
 def meter(args: argparse.Namespace) -> Path:
     prompts, models, scorer_spec = _check(args)  # nothing loaded or written before this passed
-    folder = args.output or Path("playpen-meter") / time.strftime("%Y-%m-%dT%H-%M-%S")
+    folder = not_a_link(args.output or Path("playpen-meter") / time.strftime("%Y-%m-%dT%H-%M-%S"), "--output")
     # one meter per folder at a time, as for eval's -r: two would overwrite each other's CSVs and summaries
     with exclusive_folder(folder, f"meter folder {folder} is in use by another playpen meter",
                           "wait for it to end, or pick another -o"):
