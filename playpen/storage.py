@@ -204,18 +204,19 @@ LOCK_FILE = ".playpen.lock"
 
 
 @contextmanager
-def exclusive_folder(folder: str | Path, in_use: str, advice: str) -> Iterator[Path]:
+def exclusive_folder(folder: str | Path, in_use: str, advice: str, lock_file: str = LOCK_FILE) -> Iterator[Path]:
     """Hold `folder` (created if missing) for this process while the block runs; if another process holds it,
     raise one line: "<in_use> (pid N on HOST); <advice>".
 
     flock on `<folder>/.playpen.lock`, never waiting: the kernel drops the lock when the holder exits, crashes
     or is killed, so there is no stale lock to clean up, and Linux maps flock onto POSIX locks on NFS, so two
     nodes see each other's lock on shared storage. The file stays (deleting a lock file lets a third process
-    lock a fresh file while a second still holds the old one); it only says who held it last.
+    lock a fresh file while a second still holds the old one); it only says who held it last. `lock_file` holds
+    one part of a folder that several processes share (a tournament's matches).
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(folder / lock_file, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -176,3 +176,20 @@ def test_instances_that_cannot_be_played(data, message):
 
     with pytest.raises(PlaypenError, match=re.escape(message)):
         instance_pairs(data, "in/instances.json")
+
+
+def test_one_process_per_tournament_match(tmp_path):
+    """Two processes on one match would write the same episode folders: the second stops in one line."""
+    from playpen.config import load_config
+    from playpen.games.debate import tournament
+    from playpen.storage import exclusive_folder
+
+    cfg = load_config(tournament.TournamentConfig, Path(__file__).parents[1] / "configs/debate/tournament_tiny.yaml",
+                      [f"output_dir={tmp_path}"])
+    seating = tournament.matches(cfg)[0]
+    marker = tournament._played_marker(cfg, seating)
+    with exclusive_folder(marker.parent, "held", "-", lock_file=f".{marker.stem}.lock"):
+        with pytest.raises(PlaypenError, match=rf"^match {' vs '.join(seating)} of tournament tiny is being "
+                                               rf"played by another process \(pid \d+ on"):
+            tournament.play_match(cfg, seating, {})
+    assert not marker.exists()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.games.debate.records import Episode, episodes_under, mean
-from playpen.storage import Location, Name, atomic_write_json, path_under
+from playpen.storage import Location, Name, atomic_write_json, exclusive_folder, path_under
 
 PROGRAMMATIC = "programmatic"  # the expert advocate in an advocate's seat, the programmatic judge in the judge's
 
@@ -116,14 +116,18 @@ def play_match(cfg: TournamentConfig, seating: tuple[str, ...], cache: dict) -> 
 
     entry, pairs = _instances(cfg)
     records = tournament_dir(cfg) / "records"
-    models = [_model(name, cache, cfg) for name in seating]
-    folder = records / Model.to_identifier(models) / entry.name
-    failed = clemcore_play(entry, pairs, models, records, cfg.batch_size)
-    if failed:  # some episodes raised: the others are recorded
-        print(f"[tournament] {' vs '.join(seating)}: {failed}", file=sys.stderr)
-    score_game(entry, folder)
-    atomic_write_json(_played_marker(cfg, seating), {"seating": seating, "episodes": len(pairs),
-                                                     "instances": cfg.instances, "records": str(folder)})
+    marker = _played_marker(cfg, seating)
+    # one process per match: two would write the same episode folders (array tasks share the tournament folder)
+    with exclusive_folder(marker.parent, f"match {' vs '.join(seating)} of tournament {cfg.name} is being played "
+                          f"by another process", "wait for it to end", lock_file=f".{marker.stem}.lock"):
+        models = [_model(name, cache, cfg) for name in seating]
+        folder = records / Model.to_identifier(models) / entry.name
+        failed = clemcore_play(entry, pairs, models, records, cfg.batch_size)
+        if failed:  # some episodes raised: the others are recorded
+            print(f"[tournament] {' vs '.join(seating)}: {failed}", file=sys.stderr)
+        score_game(entry, folder)
+        atomic_write_json(marker, {"seating": seating, "episodes": len(pairs), "instances": cfg.instances,
+                                   "records": str(folder)})
     return folder
 
 
