@@ -215,8 +215,11 @@ def exclusive_folder(folder: str | Path, in_use: str, advice: str, lock_file: st
     one part of a folder that several processes share (a tournament's matches).
     """
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:  # read-only mount, another user's folder, a file in the way
+        raise PlaypenError(f"folder {folder} cannot be written ({e.strerror}); pick a writable folder") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -193,3 +193,16 @@ def test_one_process_per_tournament_match(tmp_path):
                                                rf"played by another process \(pid \d+ on"):
             tournament.play_match(cfg, seating, {})
     assert not marker.exists()
+
+
+def test_a_stray_file_named_like_a_checkpoint(tmp_path):
+    from playpen.train.checkpoints import find_resume_checkpoint
+
+    (tmp_path / "checkpoint-3").write_text("not a folder")
+    with pytest.raises(PlaypenError, match=r"checkpoint-3 is a file, not a checkpoint folder; move it out of"):
+        find_resume_checkpoint(tmp_path)
+
+
+def test_an_unwritable_results_folder_is_one_line(capsys, work):
+    err = refused(capsys, ["eval", "playpen-tiny", "-g", "wordle", "-r", "/sys/playpen-results"], work)
+    assert "folder /sys/playpen-results cannot be written" in err, err

@@ -96,6 +96,9 @@ def _log_rank0(message: str) -> None:
 
 def find_resume_checkpoint(folder: Path, log=_log_rank0) -> Path | None:
     """The newest complete checkpoint (validated), or None for a fresh run."""
+    stray = [p for p in sorted(folder.glob("checkpoint-*")) if not p.is_dir()] if folder.is_dir() else []
+    if stray:  # the Trainer would fail to save (or rotate) a checkpoint of that name mid-run
+        raise PlaypenError(f"{stray[0]} is a file, not a checkpoint folder; move it out of {folder} and rerun")
     for _, path in reversed(checkpoints_in(folder)):
         if not (path / STATE_FILE).is_file():
             log(f"[playpen] skipping incomplete checkpoint {path} (no {STATE_FILE}: the job stopped while saving it)")

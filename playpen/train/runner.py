@@ -14,22 +14,23 @@ run dir and resumes; `run_id=...` names it explicitly. A run dir holds one train
     - rerunning a run id with other config values (other game, data, max_steps, ...) is refused before anything
       loads, naming the keys; `allow_config_change=true` continues the run with the new values (the old
       config.yaml is kept as config.before-step<N>.yaml), a new run_id starts a separate run;
-    - two trainings of one run dir at once: the second stops (a lock held by rank 0 while it trains).
+    - two trainings of one run dir at once: the second stops (a lock held by rank 0 while it trains);
+    - a run killed after its last checkpoint (max_steps) and before finished.json finishes from that checkpoint
+      without training (resuming would train one step past max_steps).
+Which reruns are complete or allowed is `reruns.py`'s.
 """
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 import importlib
-import json
 import os
-import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from playpen.config import bounded, dump_yaml, load_config, to_dict
 from playpen.errors import PlaypenError
@@ -39,12 +40,9 @@ from playpen.train import METHODS, distributed, modeling, trl_args
 from playpen.train.checkpoints import (CheckpointAsFinal, find_resume_checkpoint, load_state, remove_incomplete,
                                        resume_state_callback, truncate_jsonl)
 from playpen.train.metrics import CURVE_FILE, metrics_callback, plot_curve
+from playpen.train.reruns import (FINAL_DIR, FINISHED_FILE, NOT_COMPARED, REGISTRY_FILE,  # noqa: F401 (re-exported)
+                                  already_complete, config_changes, finished_run)
 
-FINAL_DIR = "final"
-REGISTRY_FILE = "model_registry.json"
-FINISHED_FILE = "finished.json"  # written last by a run that ended: its step, final model and registered name
-# keys that say where or how fast a run goes, not what it learns: a rerun may change them freely
-NOT_COMPARED = ("run_id", "storage_root", "cpu_threads", "allow_config_change")
 
 
 @dataclass
@@ -242,7 +240,7 @@ def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
     changes = config_changes(run_dir, method, cfg)
     if finished := finished_run(recipe, cfg, run_dir):
         if distributed.dist_info()[0] == 0:
-            print(_already_complete(recipe, cfg, run_dir, finished), flush=True)
+            print(already_complete(recipe, cfg, run_dir, finished), flush=True)
         return run_dir
     resume, reached = recipe.find_resume(cfg, run_dir)
     _quiet_libraries()
@@ -263,6 +261,14 @@ def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
             except PlaypenError:  # e.g. the teacher failed: the message is the last line, not a progress bar
                 _close_progress_bars()
                 raise
+            except OSError as e:
+                _close_progress_bars()
+                if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                    raise
+                # a checkpoint cut off here has no playpen_state.json: the rerun skips it and resumes before it
+                raise PlaypenError(f"cannot write {e.filename or run_dir} ({e.strerror}); free space (or raise the "
+                                   f"quota or `ulimit -f`) and rerun the same command to resume from the last "
+                                   f"complete checkpoint") from None
             except KeyboardInterrupt:  # Ctrl-C: say where the same command picks up
                 _close_progress_bars()
                 saved = checkpoints_in(run_dir.checkpoints)
@@ -273,92 +279,6 @@ def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
         if owns_group or distributed.dist_info()[1] > 1:
             _teardown_distributed()
     return run_dir
-
-
-def _comparable(config: dict) -> dict[str, Any]:
-    """Dotted key -> value of a resolved config, as YAML stores it (so 2e-4 and 0.0002 compare equal)."""
-    flat: dict[str, Any] = {}
-
-    def walk(node, prefix: str) -> None:
-        for key, value in node.items():
-            if isinstance(value, dict) and value:
-                walk(value, f"{prefix}{key}.")
-            else:
-                flat[f"{prefix}{key}"] = value
-
-    walk({k: v for k, v in yaml.safe_load(dump_yaml(config)).items() if k not in NOT_COMPARED}, "")
-    return flat
-
-
-def config_changes(run: RunDir, method: str, cfg) -> dict[str, tuple]:
-    """What this config changes in the run dir's config.yaml, {key: (old, new)}. A run holds one training: other
-    values would mix games or data in one run and overwrite its config.yaml, so they are refused here, before
-    the model loads, unless allow_config_change is set; another method is always refused."""
-    if not run.config.is_file():
-        return {}
-    text = run.config.read_text()
-    trained_with = re.match(r"# playpen train (\w+)", text)
-    if trained_with and trained_with.group(1) != method:
-        raise PlaypenError(f"run {run.path} was trained with `playpen train {trained_with.group(1)}`, not {method}; "
-                           f"pass run_id=<new id> to start a separate run")
-    try:
-        stored = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise PlaypenError(f"{run.config} is not readable YAML ({' '.join(str(e).split())}); restore it, or pass "
-                           f"run_id=<new id> to start a separate run") from None
-    old, new = _comparable(stored if isinstance(stored, dict) else {}), _comparable(to_dict(cfg))
-    changes = {k: (old.get(k), new.get(k)) for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)}
-    if changes and not cfg.allow_config_change:
-        shown = "; ".join(f"{k}: {_short(a)} -> {_short(b)}" for k, (a, b) in list(changes.items())[:4])
-        more = f" and {len(changes) - 4} more" if len(changes) > 4 else ""
-        raise PlaypenError(f"run {run.path} was trained with other values ({shown}{more}); pass run_id=<new id> "
-                           f"to start a separate run, or allow_config_change=true to continue this one with them")
-    return changes
-
-
-def _short(value: Any) -> str:
-    """A value for a one-line message; long ones (paths) keep their end, where they differ most often."""
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 60 else "..." + text[-57:]
-
-
-def finished_run(recipe: Recipe, cfg, run: RunDir) -> dict | None:
-    """finished.json of a run that already trained what `cfg` asks for (its final model and registry entry still
-    there), else None. Runs finished before finished.json existed count by their final/ folder, registry entry
-    and last checkpoint."""
-    marker = run.path / FINISHED_FILE
-    if not (run.path / FINAL_DIR).is_dir():
-        return None
-    if marker.is_file():
-        try:
-            record = json.loads(marker.read_text())
-        except json.JSONDecodeError:
-            return None  # cut off while written: the run finishes again from its last checkpoint
-    elif (run.path / REGISTRY_FILE).is_file():
-        record = {"global_step": recipe.find_resume(cfg, run)[1], "model_name": f"{cfg.experiment}-{run.path.name}"}
-    else:
-        return None
-    if cfg.register and not _registered(run, record.get("model_name")):
-        return None  # registering was cut off (or the entry removed): finishing again writes it
-    return record if recipe.is_complete(cfg, run, int(record.get("global_step", 0))) else None
-
-
-def _registered(run: RunDir, name: str | None) -> bool:
-    registry = run.path / REGISTRY_FILE
-    try:
-        entries = json.loads(registry.read_text()) if registry.is_file() else []
-    except json.JSONDecodeError:
-        return False
-    return any(isinstance(e, dict) and e.get("model_name") == name for e in entries)
-
-
-def _already_complete(recipe: Recipe, cfg, run: RunDir, finished: dict) -> str:
-    planned = recipe.planned_steps(cfg)
-    target = f" of max_steps {planned}" if planned > 0 else ""
-    name = f", registered as {finished['model_name']}" if cfg.register and finished.get("model_name") else ""
-    return (f"[playpen] already complete: {run.path} (step {finished.get('global_step')}{target}); final model "
-            f"{run.path / FINAL_DIR}{name}. Nothing trained; to train on, raise trainer.max_steps with "
-            f"allow_config_change=true, or pass run_id=<new id>")
 
 
 @contextmanager
