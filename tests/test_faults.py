@@ -206,3 +206,26 @@ def test_a_stray_file_named_like_a_checkpoint(tmp_path):
 def test_an_unwritable_results_folder_is_one_line(capsys, work):
     err = refused(capsys, ["eval", "playpen-tiny", "-g", "wordle", "-r", "/sys/playpen-results"], work)
     assert "folder /sys/playpen-results cannot be written" in err, err
+
+
+@pytest.mark.parametrize("source,message", [
+    ("def score():\n    return []\n", "must take one argument, a list of texts, and return one number per text; "
+                                      "its signature is score()"),
+    ("def score(texts, labels):\n    return []\n", "its signature is score(texts, labels)"),
+])
+def test_a_scorer_with_the_wrong_signature(capsys, work, monkeypatch, source, message):
+    module = f"scorer_{abs(hash(source))}"  # (a module imported once stays imported)
+    (work / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(work))
+    (work / "p.jsonl").write_text('{"prompt": "hi"}\n')
+    err = refused(capsys, ["meter", "playpen-tiny", "--classifier", f"{module}:score", "--prompts", "p.jsonl",
+                           "-o", "out"], work)
+    assert message in err, err
+
+
+def test_a_scorer_that_returns_no_numbers():
+    from playpen.reward.scorers import Scorer, ScorerSpec
+
+    scorer = Scorer(ScorerSpec("x", "callable", target="m:f"), function=lambda texts: ["high" for _ in texts])
+    with pytest.raises(PlaypenError, match=r"^scorer m:f must return one number per text, returned \['high'\]"):
+        scorer(["a"])

@@ -18,6 +18,7 @@ prompt and the completion rendered with its chat template, as it was trained; ot
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,13 @@ def _import_target(target: str, what: str):
         raise PlaypenError(f"{what} {target}: cannot import it ({e})") from None
     if not callable(function):
         raise PlaypenError(f"{what} {target} is not callable")
+    try:  # checked now, not with the first batch after the model loaded and generated
+        inspect.signature(function).bind(["text"])
+    except TypeError:
+        raise PlaypenError(f"{what} {target} must take one argument, a list of texts, and return one number per "
+                           f"text; its signature is {target.partition(':')[2]}{inspect.signature(function)}") from None
+    except ValueError:  # no signature to read (some builtins): its first call says
+        pass
     return function
 
 
@@ -191,7 +199,12 @@ class Scorer:
     def __call__(self, completions: list[str], prompts: list[list[dict]] | None = None,
                  rendered: bool = False) -> list[float]:
         if self.function is not None:
-            scores = [float(s) for s in self.function(list(completions))]
+            returned = self.function(list(completions))
+            try:
+                scores = [float(s) for s in returned]
+            except (TypeError, ValueError):
+                raise PlaypenError(f"scorer {self.spec.target} must return one number per text, returned "
+                                   f"{str(returned)[:80]}") from None
             if len(scores) != len(completions):
                 raise PlaypenError(f"scorer {self.spec.target} returned {len(scores)} scores for "
                                    f"{len(completions)} texts")
