@@ -243,6 +243,8 @@ def read_keys() -> dict:
 def check_remote_key(spec: dict, role: str) -> None:
     """A remote backend needs its entry in key.json; checked before training. The key itself is never shown."""
     backend = spec.get("backend", "")
+    if backend == "huggingface_local":
+        return _check_local_weights(spec, role)
     if backend in LOCAL_BACKENDS:
         return
     entry = read_keys().get(backend)
@@ -252,3 +254,26 @@ def check_remote_key(spec: dict, role: str) -> None:
         raise PlaypenError(f"{role} '{spec['model_name']}' uses the remote backend '{backend}' but key.json has no "
                            f"'{backend}' entry with an api_key (looked in {key_file_hint()}); add "
                            f'{{"{backend}": {{"api_key": "..."}}}} there')
+
+
+def _offline() -> bool:
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _check_local_weights(spec: dict, role: str) -> None:
+    """A hub model that cannot load here: not cached while the hub is switched off (HF_HUB_OFFLINE), or gated
+    (requires_api_key) without the key.json entry clemcore's backend asserts. One line before anything loads."""
+    hub_id = str(spec.get("huggingface_id") or "")
+    if not hub_id or Path(hub_id).expanduser().exists() or spec.get("packaged_weights"):
+        return
+    config = spec.get("model_config") or {}
+    if config.get("requires_api_key") and not (read_keys().get("huggingface") or {}).get("api_key"):
+        raise PlaypenError(f"{role} '{spec['model_name']}' ({hub_id}) is gated on the hub and key.json has no "
+                           f"'huggingface' entry with an api_key (looked in {key_file_hint()}); add "
+                           f'{{"huggingface": {{"api_key": "hf_..."}}}} there')
+    if _offline() and not hub_cached(hub_id):
+        cache = os.environ.get("HF_HUB_CACHE") or os.environ.get("HF_HOME") or "~/.cache/huggingface"
+        raise PlaypenError(f"{role} '{spec['model_name']}': {hub_id} is not in the local Hugging Face cache ({cache}) "
+                           f"and HF_HUB_OFFLINE is set; download it where there is internet (`huggingface-cli "
+                           f"download {hub_id}` with the same HF_HOME) or point huggingface_id at a local folder")

@@ -229,3 +229,14 @@ def test_a_scorer_that_returns_no_numbers():
     scorer = Scorer(ScorerSpec("x", "callable", target="m:f"), function=lambda texts: ["high" for _ in texts])
     with pytest.raises(PlaypenError, match=r"^scorer m:f must return one number per text, returned \['high'\]"):
         scorer(["a"])
+
+
+@pytest.mark.parametrize("argv", [["eval", "SmolLM2-135M-Instruct", "-g", "wordle", "-r", "res"],
+                                  ["train", "sft", "experiment=x", "data=sft.jsonl", "model=SmolLM2-135M-Instruct"]])
+def test_an_uncached_hub_model_offline_is_one_line(capsys, work, monkeypatch, argv):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(work / "empty-cache"))
+    (work / "sft.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": "a"},
+                                                             {"role": "assistant", "content": "b"}]}) + "\n")
+    err = refused(capsys, argv, work)
+    assert "HuggingFaceTB/SmolLM2-135M-Instruct is not in the local Hugging Face cache" in err, err
