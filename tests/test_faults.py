@@ -240,3 +240,20 @@ def test_an_uncached_hub_model_offline_is_one_line(capsys, work, monkeypatch, ar
                                                              {"role": "assistant", "content": "b"}]}) + "\n")
     err = refused(capsys, argv, work)
     assert "HuggingFaceTB/SmolLM2-135M-Instruct is not in the local Hugging Face cache" in err, err
+
+
+def test_a_selector_key_no_game_has_selects_as_clem_does_and_says_so(capsys, work):
+    """Side by side with clemcore's own selection: the same games, plus a warning naming the key."""
+    from clemcore.clemgame import GameRegistry
+
+    from playpen.games.registry import game_entries, select_games
+
+    selector = "{'lang': 'de'}"
+    ours = [e.name for e in select_games([selector])]
+    entries = [e for e in game_entries() if e.name == e.spec["game_name"]]
+    clems = [s["game_name"] for s in GameRegistry([e.clem_spec() for e in entries])
+             .get_game_specs_that_unify_with(selector, verbose=False)]
+    assert ours == clems and len(ours) > 1
+    assert "no game has the key(s) lang, so (as in `clem run`) they match every game" in capsys.readouterr().err
+    select_games(["{'main_game': 'wordle'}"])
+    assert "warning" not in capsys.readouterr().err

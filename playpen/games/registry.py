@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -264,7 +265,22 @@ def _select(selector: str, entries: list[GameEntry]) -> list[GameEntry]:
                                                                                                verbose=False)
     except (ValueError, KeyError) as e:
         raise PlaypenError(f"game selector {selector}: {str(e).strip(chr(34) + chr(39))}") from None
+    _warn_unknown_keys(selector, entries)
     return [by_name[spec["game_name"]] for spec in chosen]
+
+
+def _warn_unknown_keys(selector: str, entries: list[GameEntry]) -> None:
+    """clem unifies a selector with each game's spec, so a key no spec has (a typo: {'lang': 'de'} for
+    'language') matches every game. playpen selects what clem selects, but says so."""
+    try:
+        keys = set(json.loads(selector.replace("'", '"')))
+    except (ValueError, TypeError):
+        return
+    known = {key for e in entries for key in e.spec} | {"benchmark"}
+    if unknown := sorted(keys - known):
+        print(f"playpen: warning: game selector {selector}: no game has the key(s) {', '.join(unknown)}, so (as in "
+              f"`clem run`) they match every game; known keys: {', '.join(sorted(known))}", file=sys.stderr,
+              flush=True)
 
 
 def select_games(selectors: list[str] | None = None, suite: str = "all", cwd: Path | None = None) -> list[GameEntry]:
