@@ -257,3 +257,33 @@ def test_a_selector_key_no_game_has_selects_as_clem_does_and_says_so(capsys, wor
     assert "no game has the key(s) lang, so (as in `clem run`) they match every game" in capsys.readouterr().err
     select_games(["{'main_game': 'wordle'}"])
     assert "warning" not in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- section 5: the real benchmark
+
+def test_a_generator_that_imports_its_own_package(work, monkeypatch):
+    """clembench runs instancegenerator.py from the benchmark root: `from wordle.utils import ...` and
+    `from privateshared import ...` work there, and so they must here."""
+    import shutil
+
+    from playpen.games.instances import generate_instances
+    from playpen.games.registry import resolve_game
+
+    bench = work / "bench"
+    shutil.copytree(Path(__file__).parent / "data" / "minibench" / "wordle", bench / "wordle")
+    (bench / "wordle" / "utils.py").write_text("PER_EXPERIMENT = 2\n")
+    (bench / "privateshared").mkdir()
+    (bench / "privateshared" / "hints.py").write_text("def hint(word):\n    return f' Starts with {word[0]}.'\n")
+    generator = bench / "wordle" / "instancegenerator.py"
+    generator.write_text(generator.read_text()
+                         .replace("PER_EXPERIMENT = 3\n", "from wordle.utils import PER_EXPERIMENT\n")
+                         .replace("f\" Hint: the word starts with '{word[0]}'.\"", "__import__('privateshared.hints')"
+                                  ".hints.hint(word)"))
+    (work / "game_registry.json").write_text(json.dumps([{"benchmark_path": "bench"}]))
+    before = list(__import__("sys").path)
+    instances, _ = generate_instances(resolve_game("wordle"), seed=7)
+    assert [len(e["game_instances"]) for e in instances["experiments"]] == [2, 2]
+    assert "Starts with" in instances["experiments"][0]["game_instances"][0]["prompt"]
+    assert __import__("sys").path == before
+    for module in ("wordle", "wordle.utils", "privateshared", "privateshared.hints"):
+        monkeypatch.delitem(__import__("sys").modules, module, raising=False)

@@ -12,6 +12,7 @@ held-out set.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import json
@@ -184,6 +185,23 @@ def _pick(entry: GameEntry, pairs: list, limit: int | None, seed: int | None, ex
 
 # ---------------------------------------------------------------- fresh instances from the game's generator
 
+@contextlib.contextmanager
+def _generator_paths(entry: GameEntry):
+    """sys.path while a game's generator is imported and run: its folder first (as clemcore imports master.py),
+    and, after everything else so they shadow nothing, the folders above it: clembench runs generators from the
+    benchmark root, so they import their own package (`from wordle.utils import ...`) and `privateshared`."""
+    first = [str(entry.path)]
+    last = [str(p) for p in list(entry.path.parents)[:2]]
+    sys.path[:0] = first
+    sys.path.extend(last)
+    try:
+        yield
+    finally:  # the entries added, not earlier ones with the same path
+        sys.path.remove(first[0])
+        for path in last:
+            del sys.path[len(sys.path) - 1 - sys.path[::-1].index(path)]
+
+
 def _generator_class(entry: GameEntry):
     """The GameInstanceGenerator subclass in the game's instancegenerator.py, imported as clemcore imports
     master.py (the game folder, and its parent for clembench's naming convention, on sys.path meanwhile)."""
@@ -193,18 +211,13 @@ def _generator_class(entry: GameEntry):
     if not file.is_file():
         raise PlaypenError(f"game '{entry.name}' has no {GENERATOR_FILE} in {entry.path}; name an instances file "
                            f"with split: <name> instead")
-    extra = [str(entry.path)] + ([str(entry.path.parent)] if entry.path.name.startswith(entry.path.parent.name)
-                                 else [])
-    sys.path[:0] = extra
-    try:
-        spec = importlib.util.spec_from_file_location(f"{entry.name}_instancegenerator", file)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    except Exception as e:  # noqa: BLE001 - any error of the game's own generator file
-        raise PlaypenError(f"{file} cannot be imported: {type(e).__name__}: {e}") from None
-    finally:
-        for path in extra:
-            sys.path.remove(path)
+    with _generator_paths(entry):
+        try:
+            spec = importlib.util.spec_from_file_location(f"{entry.name}_instancegenerator", file)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        except Exception as e:  # noqa: BLE001 - any error of the game's own generator file
+            raise PlaypenError(f"{file} cannot be imported: {type(e).__name__}: {e}") from None
     found = [c for _, c in inspect.getmembers(module, inspect.isclass)
              if issubclass(c, GameInstanceGenerator) and c.__module__ == module.__name__ and not inspect.isabstract(c)]
     if not found:
@@ -228,12 +241,13 @@ def generate_instances(game: str | GameEntry, seed: int, args: dict | None = Non
 
     saved = random.getstate(), np.random.get_state()  # the caller's random streams stay as they were
     try:
-        generator = cls()
-        # GameInstanceGenerator.generate() seeds like this, then writes into the game's own in/ folder: the
-        # checkout stays untouched here, the instances stay in memory
-        random.seed(seed)
-        np.random.seed(seed)
-        generator.on_generate(seed, **(args or {}))
+        with _generator_paths(entry):  # (generators may import lazily)
+            generator = cls()
+            # GameInstanceGenerator.generate() seeds like this, then writes into the game's own in/ folder: the
+            # checkout stays untouched here, the instances stay in memory
+            random.seed(seed)
+            np.random.seed(seed)
+            generator.on_generate(seed, **(args or {}))
     except Exception as e:  # noqa: BLE001 - the game's own generator failed
         raise PlaypenError(f"{entry.path / GENERATOR_FILE} failed with seed {seed}: {type(e).__name__}: {e}") from None
     finally:
