@@ -287,3 +287,17 @@ def test_a_generator_that_imports_its_own_package(work, monkeypatch):
     assert __import__("sys").path == before
     for module in ("wordle", "wordle.utils", "privateshared", "privateshared.hints"):
         monkeypatch.delitem(__import__("sys").modules, module, raising=False)
+
+
+def test_loading_an_adapter_prints_no_future_warning(tmp_path):
+    """PEFT reads the deprecated is_gradient_checkpointing at every adapter load: filtered for every entry point
+    (a fresh interpreter, as a job or `make demo`'s evaluation starts)."""
+    import subprocess
+    import sys
+
+    code = ("import playpen, warnings\n"
+            "warnings.warn('`is_gradient_checkpointing` is deprecated', FutureWarning)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env={**__import__("os").environ,
+                                             "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert proc.returncode == 0 and "FutureWarning" not in proc.stderr, proc.stderr

@@ -79,11 +79,9 @@ def _check(args: argparse.Namespace):
 def _quiet() -> None:
     import logging
     import os
-    import warnings
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
     import transformers
 
     transformers.logging.set_verbosity_error()

@@ -185,7 +185,7 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import warnings
 
-    for message in (".*kernels.*", ".*is_gradient_checkpointing.*", ".*all_gather_into_tensor.*",
+    for message in (".*kernels.*", ".*all_gather_into_tensor.*",
                     ".*reduce_scatter_tensor.*", ".*torch.distributed.*is deprecated.*"):
         warnings.filterwarnings("ignore", message=message)
     import torch
