@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import sys
 
 from playpen.errors import PlaypenError
@@ -123,13 +124,19 @@ def dispatch(args: argparse.Namespace) -> int:
     return (module.run(args) if args.command == "submit" else module.main(args)) or 0
 
 
+def one_line(message: str) -> str:
+    """A message quoting a value with a newline or other control character (a hostile run_id, a file name) stays
+    one line: the characters are shown escaped, as repr() shows them."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], message)
+
+
 def guarded(command, *args) -> int:
     """The one error boundary of every entry point: a PlaypenError is one line and exit 2, Ctrl-C one line and
     exit 130; anything else is a bug and keeps its traceback."""
     try:
         return command(*args)
     except PlaypenError as e:
-        print(f"playpen: error: {e}", file=sys.stderr)
+        print(f"playpen: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # a training run says which checkpoint the rerun resumes from
         print(f"playpen: interrupted; {e.args[0] if e.args else 'rerun the same command to resume'}",

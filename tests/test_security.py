@@ -50,12 +50,15 @@ ESCAPES = {"semicolon": "x;touch marker", "dot dot": "..", "parent": "../../x", 
 
 TRAIN = {"sft": "sft/tiny_lora.yaml", "dpo": "dpo/tiny_rollouts.yaml", "grpo": "grpo/demo.yaml",
          "rloo": "grpo/tiny_reward_model.yaml", "reward": "reward/tiny_sentiment.yaml"}
-# job kind -> (its default config, {field: "name" | "path"})
+# job kind -> (its default config, {field: "name" | "path" | "other"}); "other": a model or game, refused as
+# unknown (it never becomes a path itself: folders named after it are made safe with storage.slug)
 FIELDS = {
-    **{kind: (config, {"experiment": "name", "run_id": "name", "storage_root": "path"})
+    **{kind: (config, {"experiment": "name", "run_id": "name", "storage_root": "path", "model": "other"})
        for kind, config in TRAIN.items()},
-    "eval": ("eval/tiny.yaml", {"results_dir": "path", "storage_root": "path"}),
-    "meter": ("meter/tiny_vader.yaml", {"output": "path", "storage_root": "path"}),
+    "grpo": ("grpo/demo.yaml", {"experiment": "name", "run_id": "name", "storage_root": "path", "model": "other",
+                                "game": "other"}),
+    "eval": ("eval/tiny.yaml", {"results_dir": "path", "storage_root": "path", "model": "other"}),
+    "meter": ("meter/tiny_vader.yaml", {"output": "path", "storage_root": "path", "model": "other"}),
     "sweep": ("sweeps/tiny.yaml", {"name": "name", "output_dir": "path", "storage_root": "path"}),
     "tournament": ("debate/tournament_tiny.yaml", {"name": "name", "output_dir": "path"}),
 }
@@ -90,7 +93,7 @@ def test_hostile_values_are_refused_before_anything_is_written(capsys, work, kin
     """As an override (JSON is YAML: the newline arrives as one) and the same in the config file itself."""
     value = {**INJECTIONS, **ESCAPES}[label]
     err = refused(capsys, submit_argv(kind, f"{key}={json.dumps(value)}"), work)
-    assert key in err or "path" in err, err
+    assert key in err or "path" in err or f"unknown {key}" in err, err
     config = work / "hostile.yaml"
     from playpen.config import load_yaml
 
@@ -111,6 +114,11 @@ def test_hostile_cluster_profile_values_are_refused(capsys, work, key, label):
     (work / "c.yaml").write_text(json.dumps({key: nested.get(key, value)}))
     err = refused(capsys, submit_argv("sft", "--cluster", "c.yaml"), work)
     assert f"c.yaml: {key}" in err, err
+
+
+def test_a_container_flag_with_a_newline_is_refused(capsys, work):
+    err = refused(capsys, submit_argv("sft", "--container", "/x.sif\n#SBATCH --partition=evil"), work)
+    assert "--container" in err and "control character" in err, err
 
 
 @pytest.mark.parametrize("value", ["[1", "{a: 1", "a: b: c", "'unclosed", "\tx"])

@@ -210,6 +210,13 @@ def plan_train(args: argparse.Namespace, profile: ClusterProfile, config: str, r
     recipe = load_recipe(args.command)
     cfg = load_config(recipe.Config, config, list(args.overrides))
     check_config(recipe, cfg, config)  # trainer values, key.json: refused now, not after the job started
+    from playpen.games.registry import resolve_game
+    from playpen.registry import resolve_model
+
+    if "/" not in cfg.model:  # a registry name (a folder may exist on the cluster only); its weights load in the job
+        resolve_model(cfg.model)
+    if getattr(cfg, "game", None):  # (data files are read by the job: they may exist on the cluster only)
+        resolve_game(cfg.game)
     run_id = run_id_of(args.command, cfg)
     root = storage_root_for(profile, cfg.storage_root, check=not args.dry_run)
     run_dir = RunDir.for_experiment(root, cfg.experiment, run_id).path if not args.dry_run else \
@@ -222,7 +229,15 @@ def plan_train(args: argparse.Namespace, profile: ClusterProfile, config: str, r
 def plan_eval(args: argparse.Namespace, profile: ClusterProfile, config: str, res: exe.Resources) -> Plan:
     if res.nodes > 1:
         raise PlaypenError("eval runs on one node; drop --nodes (use a sweep to spread models over nodes)")
+    from playpen.eval.model_specs import resolve_eval_model
+    from playpen.games.registry import select_games
+
     spec = load_config(jobs.EvalSpec, config, list(args.overrides))
+    try:  # the model and games now, as a sweep's are, not when the job starts
+        resolve_eval_model(spec.model)
+        select_games(spec.games, spec.suite)
+    except PlaypenError as e:
+        raise PlaypenError(f"{config}: {e}") from None
     root = storage_root_for(profile, spec.storage_root, check=not args.dry_run)
     safe = slug(Path(spec.model).name)
     results = not_a_link(Path(spec.results_dir).expanduser().absolute(), "results_dir") if spec.results_dir else \

@@ -151,6 +151,8 @@ def with_container(profile: ClusterProfile, image: str | None) -> ClusterProfile
     """`--container IMAGE` replaces the profile's image; `--container none` runs without one."""
     if image is None:
         return profile
+    if CONTROL.search(image):  # it goes into the job script's srun line
+        raise PlaypenError(f"--container {image!r} contains a control character (newline, tab, ...)")
     return replace(profile, container=replace(profile.container, image=None if image == "none" else image))
 
 
