@@ -7,6 +7,7 @@ eval results folder) is held with `exclusive_folder`, so a second process on it 
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -123,6 +124,24 @@ def remove_tree(path: str | Path, root: str | Path) -> None:
 def move_tree(source: str | Path, target: str | Path, root: str | Path) -> Path:
     """rename `source` to `target`, both proven inside `root`."""
     return Path(inside(source, root)).rename(inside(target, root))
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # disk full, quota exceeded, `ulimit -f` (Python ignores SIGXFSZ)
+
+
+def storage_full(error: BaseException) -> str | None:
+    """Why a write failed for want of space, else None. Libraries wrap the OSError (safetensors' SafetensorError,
+    torch's "PytorchStreamWriter failed"), so their messages and the exception chain are read too."""
+    seen = 0
+    while error is not None and seen < 10:
+        if isinstance(error, OSError) and error.errno in FULL:
+            return error.strerror
+        text = str(error)
+        for code in FULL:
+            if os.strerror(code) in text:
+                return os.strerror(code)
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:

@@ -301,3 +301,21 @@ def test_loading_an_adapter_prints_no_future_warning(tmp_path):
                           cwd=tmp_path, env={**__import__("os").environ,
                                              "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert proc.returncode == 0 and "FutureWarning" not in proc.stderr, proc.stderr
+
+
+def test_a_file_size_limit_during_a_checkpoint_save_is_one_line(work, inputs):  # noqa: F811
+    """`ulimit -f` (as a full disk or quota): one line saying how to resume, not a safetensors traceback; the rerun
+    skips the cut-off checkpoint."""
+    import resource
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "playpen.cli", "train", "sft", "experiment=x", f"data={inputs['sft']}",
+            "storage_root=runs", "cpu_threads=1", "trainer.max_steps=2", "trainer.save_steps=1",
+            "trainer.per_device_train_batch_size=4"]
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000))  # noqa: E731 (adapter: 630 kB)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=work, preexec_fn=limit,
+                          env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert last.startswith("playpen: error: cannot write into ") and "(File too large); free space" in last, last

@@ -22,7 +22,6 @@ Which reruns are complete or allowed is `reruns.py`'s.
 from __future__ import annotations
 
 import copy
-import errno
 import hashlib
 import importlib
 import os
@@ -35,7 +34,7 @@ from typing import Any
 from playpen.config import bounded, dump_yaml, load_config, to_dict
 from playpen.errors import PlaypenError
 from playpen.storage import (Location, Name, RunDir, atomic_write_json, atomic_write_text, checkpoints_in,
-                             exclusive_folder)
+                             exclusive_folder, storage_full)
 from playpen.train import METHODS, distributed, modeling, trl_args
 from playpen.train.checkpoints import (CheckpointAsFinal, find_resume_checkpoint, load_state, remove_incomplete,
                                        resume_state_callback, truncate_jsonl)
@@ -264,14 +263,14 @@ def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
             except PlaypenError:  # e.g. the teacher failed: the message is the last line, not a progress bar
                 _close_progress_bars()
                 raise
-            except OSError as e:
-                _close_progress_bars()
-                if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            except Exception as e:
+                if (why := storage_full(e)) is None:
                     raise
+                _close_progress_bars()
                 # a checkpoint cut off here has no playpen_state.json: the rerun skips it and resumes before it
-                raise PlaypenError(f"cannot write {e.filename or run_dir} ({e.strerror}); free space (or raise the "
-                                   f"quota or `ulimit -f`) and rerun the same command to resume from the last "
-                                   f"complete checkpoint") from None
+                raise PlaypenError(f"cannot write into {run_dir.path} ({why}); free space (or raise the quota or "
+                                   f"`ulimit -f`) and rerun the same command to resume from the last complete "
+                                   f"checkpoint") from None
             except KeyboardInterrupt:  # Ctrl-C: say where the same command picks up
                 _close_progress_bars()
                 saved = checkpoints_in(run_dir.checkpoints)
