@@ -319,3 +319,14 @@ def test_a_file_size_limit_during_a_checkpoint_save_is_one_line(work, inputs):  
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert last.startswith("playpen: error: cannot write into ") and "(File too large); free space" in last, last
+
+
+@pytest.mark.parametrize("home_dir", ["/etc/hostname", "/sys/playpen-home"])  # a file; a folder nothing is written to
+def test_an_unusable_playpen_home_is_one_line(capsys, tmp_path, monkeypatch, home_dir):
+    from playpen.models import ensure_packaged_weights
+    from playpen.registry import SMOL_MODEL, resolve_model
+
+    monkeypatch.setenv("PLAYPEN_HOME", home_dir)
+    with pytest.raises(PlaypenError, match=rf"^cannot make {SMOL_MODEL} in {home_dir}/models \(.*\); set "
+                                           rf"\$PLAYPEN_HOME to a writable folder$"):
+        ensure_packaged_weights(resolve_model(SMOL_MODEL))

@@ -44,6 +44,12 @@ def ensure_packaged_weights(spec: dict, log=_stderr) -> dict:
         return spec
     name = packaged_name(spec)
     if name is not None:
-        _, ensure = _ensurers()[name]
-        spec["huggingface_id"] = str(ensure(log))
+        default_path, ensure = _ensurers()[name]
+        try:
+            spec["huggingface_id"] = str(ensure(log))
+        except OSError as e:  # $PLAYPEN_HOME a file, read-only, full
+            from playpen.errors import PlaypenError
+
+            raise PlaypenError(f"cannot make {name} in {default_path().parent} ({e.strerror}: {e.filename}); set "
+                               f"$PLAYPEN_HOME to a writable folder") from None
     return spec
