@@ -342,7 +342,7 @@ class RunDir:
 
     def create(self) -> "RunDir":
         for d in (self.path, self.checkpoints, self.records, self.logs):
-            d.mkdir(parents=True, exist_ok=True)
+            not_a_link(d, "run folder").mkdir(parents=True, exist_ok=True)  # (old checkpoints are deleted in there)
         return self
 
     @classmethod

@@ -262,3 +262,14 @@ def test_two_meters_into_one_folder(capsys, work):
         err = refused(capsys, ["meter", "playpen-tiny", "--classifier", "vader", "--prompts", "p.jsonl",
                                "-o", "out"], work)
     assert "meter folder out is in use by another playpen meter" in err, err
+
+
+def test_a_link_inside_a_run_folder_is_not_followed(tmp_path):
+    from playpen.storage import RunDir
+
+    run = RunDir(tmp_path / "runs" / "x" / "r1")
+    run.path.mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    run.checkpoints.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(PlaypenError, match=r"run folder .*/r1/checkpoints is a symbolic link"):
+        run.create()
