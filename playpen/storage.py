@@ -116,6 +116,7 @@ def remove_tree(path: str | Path, root: str | Path) -> None:
     """rmtree, only of a real folder proven inside `root` (a link there is removed, never followed)."""
     path = Path(path)
     if path.is_symlink():
+        inside(path.parent / f".{path.name}", root)  # (the link's own folder must be inside `root`)
         path.unlink()
     elif path.exists():
         shutil.rmtree(inside(path, root), ignore_errors=True)

@@ -230,6 +230,9 @@ def test_path_under_and_tree_operations_stay_inside_their_root(tmp_path):
         remove_tree(root / ".." / "outside", root)
     with pytest.raises(PlaypenError, match="outside"):
         remove_tree(root, root)  # the root itself is never removed
+    (tmp_path / "outside-link").symlink_to(outside)
+    with pytest.raises(PlaypenError, match="outside"):
+        remove_tree(root / ".." / "outside-link", root)
     remove_tree(root / "link", root)  # a link is removed, not followed
     assert (outside / "keep").is_file() and not (root / "link").exists()
     with pytest.raises(PlaypenError, match="outside"):
