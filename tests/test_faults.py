@@ -158,9 +158,10 @@ def test_a_broken_run_registry_is_skipped_with_a_warning(capsys, tmp_path):
 
 @pytest.mark.parametrize("path,message", [
     ("/", "entry 0: no clemgame.json found in / (searched 3 levels down)"),
-    ("/etc/hostname", "entry 0: benchmark_path /etc/hostname is a file, not a folder"),
+    ("notes.txt", "entry 0: benchmark_path notes.txt is a file, not a folder"),
 ])
 def test_a_benchmark_path_that_is_not_a_benchmark(capsys, work, path, message):
+    (work / "notes.txt").write_text("not a benchmark")
     (work / "game_registry.json").write_text(json.dumps([{"benchmark_path": path}]))
     err = refused(capsys, ["list", "games"], work)
     assert message in err, err
@@ -321,11 +322,14 @@ def test_a_file_size_limit_during_a_checkpoint_save_is_one_line(work, inputs):  
     assert last.startswith("playpen: error: cannot write into ") and "(File too large); free space" in last, last
 
 
-@pytest.mark.parametrize("home_dir", ["/etc/hostname", "/sys/playpen-home"])  # a file; a folder nothing is written to
+@pytest.mark.parametrize("home_dir", ["a-file", "/sys/playpen-home"])  # a file; a folder nothing is written to
 def test_an_unusable_playpen_home_is_one_line(capsys, tmp_path, monkeypatch, home_dir):
     from playpen.models import ensure_packaged_weights
     from playpen.registry import SMOL_MODEL, resolve_model
 
+    if home_dir == "a-file":
+        home_dir = str(tmp_path / "a-file")
+        Path(home_dir).write_text("")
     monkeypatch.setenv("PLAYPEN_HOME", home_dir)
     with pytest.raises(PlaypenError, match=rf"^cannot make {SMOL_MODEL} in {home_dir}/models \(.*\); set "
                                            rf"\$PLAYPEN_HOME to a writable folder$"):
