@@ -334,3 +334,28 @@ def test_an_unusable_playpen_home_is_one_line(capsys, tmp_path, monkeypatch, hom
     with pytest.raises(PlaypenError, match=rf"^cannot make {SMOL_MODEL} in {home_dir}/models \(.*\); set "
                                            rf"\$PLAYPEN_HOME to a writable folder$"):
         ensure_packaged_weights(resolve_model(SMOL_MODEL))
+
+
+def test_a_reward_model_killed_during_the_final_save_measures_without_training(capsys, work):
+    """The reward recipe finishes in its own fit (held-out accuracy, score format): from the last checkpoint too."""
+    import shutil
+
+    from playpen.train import train
+
+    rows = [{"prompt": f"Describe thing {i % 2}.", "text": text, "label": label}
+            for i in range(6) for text, label in (("lovely and bright", 1.0), ("awful and grim", -1.0))]
+    (work / "labelled.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["storage_root=runs", "cpu_threads=1", "experiment=rm", "data=labelled.jsonl", "held_out=0.25",
+            "run_id=r1", "trainer.max_steps=2", "trainer.save_steps=2", "trainer.per_device_train_batch_size=4"]
+    run = train("reward", None, argv).path
+    adapter = (run / "final" / "adapter_model.safetensors").read_bytes()
+    for leftover in ("finished.json", "model_registry.json", "reward_eval.json"):
+        (run / leftover).unlink()
+    shutil.rmtree(run / "final")
+    capsys.readouterr()
+    train("reward", None, argv)
+    assert "checkpoint-2 is the last step (2); finishing" in capsys.readouterr().out
+    assert json.loads((run / "finished.json").read_text())["global_step"] == 2
+    assert max(r["step"] for r in read_jsonl(run / "metrics.jsonl")) == 2
+    assert (run / "final" / "adapter_model.safetensors").read_bytes() == adapter
+    assert json.loads((run / "reward_eval.json").read_text())["held_out_pairs"] > 0

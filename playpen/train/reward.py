@@ -53,7 +53,7 @@ def _pairs(cfg: Config, where: str) -> list[dict]:
 class Reward(Recipe):
     name = "reward"
     next_step = "reward_model: {name} in a GRPO config, or playpen meter MODEL --classifier {name}"
-    finishes_from_checkpoint = False  # fit measures the held-out accuracy and writes the score format beside final/
+    finishes_from_checkpoint = False  # fit does (it measures the held-out accuracy too, and writes the score format)
     Config = Config
     trl_config = "RewardConfig"
 
@@ -101,7 +101,16 @@ class Reward(Recipe):
             model=session.model, args=session.args, train_dataset=Dataset.from_list(train),
             eval_dataset=Dataset.from_list(held_out) if held_out else None, processing_class=session.tokenizer,
             peft_config=peft_config, callbacks=session.callbacks(resumed_step=session.state["step"]))
-        trainer.train(resume_from_checkpoint=str(session.resume) if session.resume else None)
+        if session.resume is not None and 0 < self.planned_steps(cfg) <= session.state["global_step"]:
+            # killed after its last checkpoint: resuming would train one step past max_steps; load it instead
+            from transformers import TrainerState
+
+            trainer._load_from_checkpoint(str(session.resume))
+            trainer.state = TrainerState.load_from_json(str(session.resume / "trainer_state.json"))
+            session.log(f"[playpen] {session.resume} is the last step ({session.state['global_step']}); finishing "
+                        f"{run.path} from it, nothing trained")
+        else:
+            trainer.train(resume_from_checkpoint=str(session.resume) if session.resume else None)
         result = {"pairs": len(pairs), "train_pairs": len(train), "held_out_pairs": len(held_out),
                   "format": pair_format(pairs)}
         if held_out:
