@@ -191,3 +191,69 @@ def test_grpo_learns_a_known_answer_and_a_coin_teaches_nothing(known_answer_game
     assert greedy_paying_share(control, 0) == greedy_paying_share(control, 12) == 0.0
     flat = [r["frac_reward_zero_std"] for r in read_jsonl(control.metrics) if "frac_reward_zero_std" in r]
     assert sum(flat) / len(flat) < 0.5, "the control's groups vary: it had gradient, just none that points anywhere"
+
+
+# ---------------------------------------------------------------- learning-signal options (no model)
+
+def test_dynamic_sampling_refills_uniform_groups_and_keeps_the_step_size():
+    from playpen.train.dynamic_sampling import fresh_instance_drawer, refill_uniform_groups
+
+    instances = list(range(10))  # instance i: its episodes score i % 3 == 0 alike (uniform), else they vary
+    played: list[list[int]] = []
+
+    def play(chosen):
+        played.append(chosen)
+        return [(i, g % 2 if i % 3 else 0) for i in chosen for g in range(4)]
+
+    def reward(episode):
+        return episode[1]
+
+    first = play([0, 1, 3, 4])  # groups of instances 0 and 3 are uniform
+    episodes, stats = refill_uniform_groups(first, 4, reward, play, fresh_instance_drawer(instances, {0, 1, 3, 4}, 7),
+                                            rounds=3)
+    assert len(episodes) == 16 and [e[0] for e in episodes[::4]][1::2] == [1, 4]  # varying groups keep their slots
+    assert all(len({e[1] for e in episodes[k:k + 4]}) == 2 for k in range(0, 16, 4)), "every group varies now"
+    assert stats["dynamic/uniform_share"] == 0.5 and stats["dynamic/uniform_left"] == 0.0
+    assert stats["dynamic/refill_groups"] == sum(len(p) for p in played[1:])
+    assert not {0, 1, 3, 4} & {i for p in played[1:] for i in p}, "refills are fresh instances"
+    again, _ = refill_uniform_groups(first, 4, reward, lambda c: [(i, g % 2 if i % 3 else 0) for i in c
+                                                                   for g in range(4)],
+                                     fresh_instance_drawer(instances, {0, 1, 3, 4}, 7), rounds=3)
+    assert again == episodes, "the same seed refills the same way (a resumed run replays its step)"
+    none_vary = [(0, 0)] * 8
+    kept, stats = refill_uniform_groups(none_vary, 4, reward, lambda c: [(i, 0) for i in c for _ in range(4)],
+                                        fresh_instance_drawer(instances, set(), 1), rounds=2)
+    assert kept == none_vary and stats["dynamic/uniform_left"] == 1.0, "bounded: after `rounds` the slots stay"
+
+
+def test_variant_groups_are_shuffled_and_cut_whole():
+    from playpen.games.instances import load_instances
+
+    pairs = load_instances("referencegame", "instances_train_variants", limit=7, seed=3)
+    assert len(pairs) == 6, "7 rounds down to two whole groups of three"
+    groups = [i["variant_group"] for _, i in pairs]
+    assert groups[0] == groups[1] == groups[2] != groups[3] == groups[4] == groups[5]
+    assert sorted(i["player_2_target"] for _, i in pairs[:3]) == ["first", "second", "third"]
+    everything = load_instances("referencegame", "instances_train_variants", seed=3)
+    assert len(everything) == 288 and everything[:6] == pairs, "the same seed, the same order"
+    heldout = load_instances("referencegame", "instances_heldout")
+    assert len(heldout) == 153 and all(sum(i["player_2_target"] == p for _, i in heldout) == 51
+                                       for p in ("first", "second", "third"))
+
+
+def test_screening_keeps_instances_with_a_pass_rate_strictly_between_0_and_1(known_answer_game, capsys):
+    """`playpen screen` through the command line on the registered known-answer game; the file it writes is an
+    instances set that GRPO's `split:` (and every loader) reads."""
+    from playpen.cli import main
+    from playpen.games.instances import load_instances
+
+    out = known_answer_game.parent / "screened.json"
+    assert main(["screen", "playpen-tiny", "-g", "knownanswer", "-k", "6", "-T", "1.0", "-L", "8", "-o",
+                 str(out)]) == 0
+    kept = load_instances("knownanswer", str(out))
+    assert 0 < len(kept) <= 12 and all(0 < i["pass_rate"] < 1 for _, i in kept)
+    assert "kept" in capsys.readouterr().out
+    # near-greedy sampling leaves nothing with signal: one line, nothing written
+    assert main(["screen", "playpen-tiny", "-g", "knownanswer", "-k", "2", "-T", "0.01", "-L", "8", "-o",
+                 str(out.with_name("none.json"))]) == 2
+    assert "strictly between 0 and 1" in capsys.readouterr().err and not out.with_name("none.json").exists()
