@@ -96,7 +96,10 @@ class GameRollouts:
                                    teacher_seats=cfg.teacher_seats)
             self._writing = engine
 
+            played = [0]  # episodes, refills included
+
             def play(instances: list) -> list:
+                played[0] += len(instances) * group
                 return engine.play(cfg.game, instances=instances, group_size=group,
                                    records_dir=session.run.records, records_tag=tag, wait_for_records=False)
 
@@ -112,7 +115,7 @@ class GameRollouts:
             raise PlaypenError(f"{failure} (records: {session.run.records})")
         if len(episodes) != len(prompts):
             raise RuntimeError(f"rollout engine returned {len(episodes)} episodes for {len(prompts)} prompts")
-        self.counters["episodes"] += len(episodes) * session.world_size
+        self.counters["episodes"] += played[0] * session.world_size
         self.counters["rollouts"] += 1
         self.timing["rollout_seconds"] += time.perf_counter() - started
         seqs = [self.trained_seat(e, j) for j, e in enumerate(episodes)]
