@@ -61,8 +61,9 @@ def parse_args():
     p.add_argument("--heldout", default="instances_heldout")
     p.add_argument("--diagnostic-instances", type=int, default=60)
     p.add_argument("--diagnostic-temperatures", type=float, nargs="+", default=[1.0, 0.7])
-    p.add_argument("--second-game", default="wordle", help="played by `playpen eval` before and after GRPO")
-    p.add_argument("--second-instances", type=int, default=30)
+    p.add_argument("--second-game", default="arithmetic", help="played by `playpen eval` before and after GRPO "
+                   "(arithmetic: SmolLM2 plays 0 %% of it, 100 %% after the referencegame SFT, quality 10 %%)")
+    p.add_argument("--second-instances", type=int, default=120, help="of its train set (never trained on here)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--report-only", action="store_true", help="train nothing: evaluate the arms already finished "
                    "and write the report (a partial one while stages remain; rerun without it to resume them)")
@@ -264,7 +265,8 @@ def second_game(name: str, tag: str, storage: Path, args) -> dict:
 
     def run():
         return play(name, games=[args.second_game], instances=args.second_instances, max_tokens=32, temperature=0.0,
-                    seed=0, log=lambda message: None, results_dir=storage / "eval" / f"second-{tag}")
+                    seed=0, log=lambda message: None, results_dir=storage / "eval" / f"second-{tag}",
+                    instance_set="train")
 
     return cached(storage / "eval" / f"second-{args.second_game}-{tag}.json", run)["value"]
 
@@ -333,8 +335,10 @@ def report_lines(arms: dict, diag: dict, curves: dict, second: dict, timings: di
     if second:
         for name, val in second.items():
             game = val["games"][args.second_game]
-            lines.append(f"- {args.second_game} ({args.second_instances} instances, self-play, greedy), {name}: "
-                         f"clemscore {game['clemscore']:.1f}, % played {game['played']:.1f}")
+            p = game["success"] / 100
+            lines.append(f"- {args.second_game} ({game['episodes']} train instances, not trained on; greedy), {name}: "
+                         f"% played {game['played']:.1f}, quality {game['quality'] or 0:.1f} ± "
+                         f"{100 * math.sqrt(p * (1 - p) / game['episodes']):.1f}")
     lines += ["", "## Before GRPO: is there a signal to sharpen? (train prompts, SFT model)", "",
               f"Greedy accuracy {diag['greedy']:.1f} % on {args.diagnostic_instances} train instances.", "",
               "| T | instances whose 8 samples vary | pass@8 | mean accuracy | answers first/second/third |",
