@@ -6,6 +6,7 @@
     playpen eval MODEL [-g GAME ...] [-r RESULTS_DIR] [--skip_gameplay]
     playpen data RESULTS_DIR -o dataset.jsonl [--game G] [--outcome success] [--model M]
     playpen meter MODEL --classifier C --prompts FILE [-n K] [--label L] [--compare OTHER]
+    playpen screen MODEL -g GAME -o FILE [--split train] [-k 8] [-T 0.7] [-t programmatic --teacher-seats 0]
     playpen submit {sft,dpo,grpo,eval,sweep} [--config ...] [--nodes N] [--dry-run] [--wait]
                                                                         (= python -m playpen.submit)
     playpen status|logs RUN_DIR          playpen sweep [--config SWEEP.yaml]         playpen demo [--config ...]
@@ -31,6 +32,8 @@ COMMANDS = {
                                      "playpen.submit)"),
     "demo": ("playpen.demo", "evaluate the demo run: untrained vs trained on held-out instances"),
     "meter": ("playpen.reward.meter", "score a model's sampled completions with a classifier or scorer"),
+    "screen": ("playpen.eval.screening", "each instance's pass rate under a model; write those strictly between "
+                                         "0 and 1 as an instances file (GRPO's split:)"),
 }
 # short forms of submit's own commands: `playpen status DIR` is `playpen submit status DIR`
 SUBMIT_ALIASES = {"status": "state, progress and log tail of a run or sweep directory",

@@ -97,17 +97,19 @@ DEMONSTRATION_GAMES = ("wordle", "taboo", "referencegame", "arithmetic")
 
 
 def demonstrations(episodes_per_game: int, seed: int, games: tuple[str, ...] = DEMONSTRATION_GAMES,
-                   skill_range: tuple[float, float] = (0.5, 1.0)) -> list[list[dict]]:
+                   skill_range: tuple[float, float] = (0.5, 1.0), split: str = "train",
+                   roles: tuple[str, ...] | None = None) -> list[list[dict]]:
     """Expert transcripts for building the tiny model: each game's TRAIN instances played by programmatic experts
     through the real game masters, returned as every player's perspective (alternating user/assistant messages,
     the assistant last), both roles of 2-player games. Each episode draws its expert skill from `skill_range`,
     so games are sometimes lost or slow (diverse, partly imperfect play), but never malformed; aborted episodes
-    would be dropped. Deterministic in (episodes_per_game, seed)."""
+    would be dropped. Deterministic in (episodes_per_game, seed). `split` names another instance set, `roles`
+    keeps only those roles' perspectives."""
     from clemcore.clemgame.master import Outcome
 
     conversations = []
     for game in games:
-        rows = list(load_instances(game, "train"))
+        rows = list(load_instances(game, split))
         rng = random.Random(f"{seed}-{game}")
         order = []
         for episode in range(episodes_per_game):
@@ -118,6 +120,8 @@ def demonstrations(episodes_per_game: int, seed: int, games: tuple[str, ...] = D
             if master.state.outcome is Outcome.ABORTED:
                 continue
             for player in master.get_players():
+                if roles is not None and player.game_role not in roles:
+                    continue
                 messages = [{"role": m["role"], "content": m["content"]} for m in player.get_perspective()]
                 if messages and messages[-1]["role"] == "assistant":
                     conversations.append(messages)

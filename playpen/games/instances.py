@@ -26,6 +26,8 @@ from playpen.storage import NAME_RULE, is_safe_name
 
 VALIDATION, TRAIN = "validation", "train"
 TRAIN_FILE = "instances_train"
+# an instance key naming the group of instances that are variants of one another (see _pick_variant_groups)
+VARIANT_GROUP = "variant_group"
 GENERATOR_FILE = "instancegenerator.py"
 
 _BENCHMARKS: dict[tuple[str, str], object] = {}
@@ -176,11 +178,31 @@ def _pick(entry: GameEntry, pairs: list, limit: int | None, seed: int | None, ex
         pairs = [(e, i) for e, i in pairs if e["name"] == experiment]
         if not pairs:
             raise PlaypenError(f"game '{entry.name}' has no experiment '{experiment}'; available: {', '.join(names)}")
+    if any(VARIANT_GROUP in i for _, i in pairs):
+        return _pick_variant_groups(pairs, limit, seed)
     if seed is not None:
         random.Random(seed).shuffle(pairs)
     if limit is not None:
         pairs = pairs[:max(0, int(limit))]
     return pairs
+
+
+def _pick_variant_groups(pairs: list, limit: int | None, seed: int | None) -> list:
+    """Instances that are variants of one another (the same grids with the target in each position) stay next to
+    each other, in their file order: shuffled and cut as whole groups (`limit` rounded down to whole groups, at
+    least one), so a GRPO step that takes whole groups sees every variant and a constant answer earns chance."""
+    groups: dict[object, list] = {}
+    for pair in pairs:
+        groups.setdefault(pair[1].get(VARIANT_GROUP, ("single", pair[1].get("game_id"))), []).append(pair)
+    ordered = list(groups.values())
+    if seed is not None:
+        random.Random(seed).shuffle(ordered)
+    chosen: list = []
+    for group in ordered:
+        if limit is not None and chosen and len(chosen) + len(group) > limit:
+            break
+        chosen += group
+    return chosen
 
 
 # ---------------------------------------------------------------- fresh instances from the game's generator

@@ -39,6 +39,7 @@ class Trace:
     logprobs: list[float]
     learner_turns: int
     segments: int = 1  # > 1 only if the game rewrote the player's history; fields then hold the first segment
+    cut_replies: int = 0  # replies that hit max_new_tokens instead of ending with a stop token
 
 
 @dataclass
@@ -109,6 +110,7 @@ class Conversation:
         self.clean: list[dict] = []  # the same conversation as the player's memory holds it (replies stripped)
         self.turns = 0
         self.last_stopped = False
+        self.cut_replies = 0
         self.closed: list[Trace] = []  # earlier segments, if the game rewrote the history
         self.finished = False
 
@@ -150,6 +152,7 @@ class Conversation:
         self.messages.append({"role": "assistant", "content": raw_text})
         self.clean.append({"role": "assistant", "content": clean_text})
         self.last_stopped = out.stopped
+        self.cut_replies += not out.stopped
         self.turns += 1
 
     def finish(self) -> None:
@@ -162,7 +165,8 @@ class Conversation:
     def _trace(self) -> Trace:
         ids = self.seq.ids
         return Trace(self.player, self.role, copy.deepcopy(self.messages), list(ids[:self.prompt_len]),
-                     list(ids[self.prompt_len:]), list(self.mask), list(self.logprobs), self.turns)
+                     list(ids[self.prompt_len:]), list(self.mask), list(self.logprobs), self.turns,
+                     cut_replies=self.cut_replies)
 
     def trace(self) -> Trace:
         self.finish()

@@ -15,8 +15,8 @@ from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.games.instances import generate_instances, instances_file, load_instances, pick_generated
 from playpen.storage import remove_tree
-from playpen.train import distributed, modeling
-from playpen.train.players import load_clemcore_model, resolve_teacher
+from playpen.train import distributed
+from playpen.train.players import frozen_policy, load_clemcore_model, resolve_teacher
 from playpen.train.runner import TrainConfig
 
 
@@ -101,20 +101,7 @@ def load_teacher(cfg: GameConfig):
     if spec is None:
         return None
     if spec.get("backend") == "huggingface_local":
-        import torch
-        from playpen.rollout import LocalPolicy
-
-        model_config = spec.get("model_config", {})
-        quantization = "4bit" if model_config.get("load_in_4bit") else "8bit" if model_config.get("load_in_8bit") \
-            else None
-        dtype = torch.bfloat16 if distributed.has_cuda() else torch.float32
-        model = modeling.load_model(spec["huggingface_id"], quantization, dtype,
-                                    peft_model=model_config.get("peft_model"), trainable=False)
-        model.requires_grad_(False)
-        model.eval()
-        if distributed.has_cuda() and not quantization:
-            model.to(f"cuda:{distributed.dist_info()[2]}")
-        return LocalPolicy(model, modeling.load_tokenizer(spec["huggingface_id"]), name=spec["model_name"])
+        return frozen_policy(spec)
     return load_clemcore_model(spec, cfg.max_new_tokens, 0.0)
 
 

@@ -22,7 +22,7 @@ from itertools import groupby
 from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json, read_jsonl
-from playpen.train import distributed, game_play, learned_reward
+from playpen.train import distributed, dynamic_sampling, game_play, learned_reward
 from playpen.train.runner import Recipe, Session
 
 
@@ -38,6 +38,13 @@ class Config(game_play.GameConfig):
     reward_label: str | None = None      # the label of a multi-label reward_model to reward
     reward_weight: float = 1.0           # with a game: weight of the learned reward in the sum ...
     game_reward_weight: float = 1.0      # ... and of the game's own episode reward
+    # reward of an aborted episode (a broken reply format); 0 makes a game's reward 1/0 once SFT has the format
+    abort_reward: float = -1.0
+    # train nothing from an episode in which a learner reply hit max_new_tokens (TRL's mask_truncated_completions
+    # looks at the last token of the whole episode, which is the game's, so it is not used)
+    mask_truncated: bool = False
+    # dynamic sampling (DAPO): up to N rounds per step refill groups whose episodes all score alike (0: off)
+    dynamic_sampling: int = bounded(0, ge=0, hint="refill rounds per step; 0 keeps uniform groups")
 
 
 def instance_key(index: int, experiment, instance) -> str:
@@ -54,6 +61,7 @@ class GameRollouts:
         self.timing = {"rollout_seconds": 0.0}
         self._writing = None  # the engine whose records are still being written, while the step trains
         self._policy = None
+        self.step_stats: dict = {}  # this step's dynamic sampling counts (dynamic_sampling.py)
 
     def state(self) -> dict:
         return dict(self.counters)
@@ -86,28 +94,45 @@ class GameRollouts:
             engine = RolloutEngine(learner=policy, teacher=self.teacher, max_new_tokens=cfg.max_new_tokens,
                                    temperature=cfg.temperature, batch_size=cfg.rollout_batch_size, seed=seed,
                                    teacher_seats=cfg.teacher_seats)
-            episodes = engine.play(cfg.game, instances=chosen, group_size=group, records_dir=session.run.records,
-                                   records_tag=tag, wait_for_records=False)
             self._writing = engine
+
+            played = [0]  # episodes, refills included
+
+            def play(instances: list) -> list:
+                played[0] += len(instances) * group
+                return engine.play(cfg.game, instances=instances, group_size=group,
+                                   records_dir=session.run.records, records_tag=tag, wait_for_records=False)
+
+            episodes = play(chosen)
+            self.step_stats = {}
+            if cfg.dynamic_sampling and group > 1:
+                draw = dynamic_sampling.fresh_instance_drawer(self.instances, {i for i, _ in runs}, seed)
+                episodes, self.step_stats = dynamic_sampling.refill_uniform_groups(
+                    episodes, group, self.reward, play, draw, cfg.dynamic_sampling)
             model.train(was_training)
         if failure := game_play.partner_failure(cfg, episodes, f"of step {trainer.state.global_step}"):
             self.finish_records()  # their error.json files say what the teacher answered
             raise PlaypenError(f"{failure} (records: {session.run.records})")
         if len(episodes) != len(prompts):
             raise RuntimeError(f"rollout engine returned {len(episodes)} episodes for {len(prompts)} prompts")
-        self.counters["episodes"] += len(episodes) * session.world_size
+        self.counters["episodes"] += played[0] * session.world_size
         self.counters["rollouts"] += 1
         self.timing["rollout_seconds"] += time.perf_counter() - started
         seqs = [self.trained_seat(e, j) for j, e in enumerate(episodes)]
         return {
             "prompt_ids": [list(t.prompt_ids) for t in seqs],
             "completion_ids": [list(t.completion_ids) for t in seqs],
-            "logprobs": [list(t.logprobs) if t.logprobs is not None else [0.0] * len(t.completion_ids)
+            "logprobs": [list(t.logprobs) for t in seqs],  # the sampling log-probabilities (T applied)
+            "env_mask": [[0] * len(t.env_mask) if cfg.mask_truncated and t.cut_replies else list(t.env_mask)
                          for t in seqs],
-            "env_mask": [list(t.env_mask) for t in seqs],
-            "episode": [{"reward": float(e.reward), "score": game_play.main_score(e), "aborted": bool(e.aborted),
-                         "success": bool(e.success), "turns": int(e.num_turns)} for e in episodes],
+            "episode": [{"reward": self.reward(e), "score": game_play.main_score(e), "aborted": bool(e.aborted),
+                         "success": bool(e.success), "turns": int(e.num_turns), "step": self.step_stats}
+                        for e in episodes],
         }
+
+    def reward(self, episode) -> float:
+        """The episode's reward TRL normalises per group: Episode.reward, with `abort_reward` for an abort."""
+        return float(self.cfg.abort_reward if episode.aborted else episode.reward)
 
     def policy(self, model):
         """One LocalPolicy per model for the whole run: it keeps tokenizations and template renderings."""
@@ -121,10 +146,10 @@ class GameRollouts:
     def trained_seat(self, episode, j: int):
         """The token sequence trained for the j-th episode: with several learner seats (self-play of a 2-player
         game) and train_seats "all", episode j trains seat j mod seats, so every role learns from its group."""
-        traces = [t for t in (episode.traces or []) if t.completion_ids]
+        traces = [t for t in episode.traces if t.completion_ids]
         if self.cfg.train_seats == "all" and len(traces) > 1:
             return traces[j % len(traces)]
-        return episode
+        return episode.traces[0]  # (the seat whose fields the Episode repeats)
 
     @staticmethod
     def episode_reward(prompts, completions, episode, log_metric=None, **kwargs) -> list[float]:
@@ -135,6 +160,8 @@ class GameRollouts:
                 log_metric("aborted_pct", 100.0 * e["aborted"])
                 log_metric("success_rate", float(e["success"]))
                 log_metric("turns", float(e["turns"]))
+            for key, value in (episode[0]["step"] if episode else {}).items():  # once per step: dynamic sampling
+                log_metric(key, float(value))
         return [e["reward"] for e in episode]
 
 
@@ -224,17 +251,20 @@ class GRPO(Recipe):
             game_play.check_game(cfg, where)
 
     def trainer_defaults(self, cfg: Config) -> dict:
+        # dropout off: episodes are sampled in eval mode, so a training forward with dropout would score other
+        # log-probabilities than the ones sampled (and the KL would measure dropout noise)
         return {"per_device_train_batch_size": cfg.group_size, "beta": 0.04, "learning_rate": 1e-5,
-                "max_completion_length": cfg.max_new_tokens, "log_completions": False,
-                "mask_truncated_completions": False}
+                "max_completion_length": cfg.max_new_tokens, "log_completions": False, "disable_dropout": True}
 
     def forced(self, cfg: Config) -> dict:
         # TRL rescales logits by its temperature when scoring; it must be the temperature the episodes were
         # sampled with. The group size is TRL's num_generations.
         # No sampler shuffle: the instances are already shuffled with the run's seed, and TRL's RepeatSampler
         # restarts its generator on resume, so a shuffled resumed run would see other prompts than the original.
+        # Games: mask_truncated replaces TRL's mask_truncated_completions (see Config); prompts keep TRL's own.
+        game = {} if cfg.prompts else {"mask_truncated_completions": False}
         return {"num_generations": cfg.group_size, "temperature": cfg.temperature, "shuffle_dataset": False,
-                **learned_reward.forced(cfg)}
+                **game, **learned_reward.forced(cfg)}
 
     def fit(self, session: Session):
         from datasets import Dataset

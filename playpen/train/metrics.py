@@ -125,8 +125,16 @@ def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     return [p[0] for p in points], [p[1] for p in points]
 
 
+# GRPO groups whose episodes all scored alike (zero advantage): as trained (TRL's count), and with dynamic sampling
+# before and after its refills (train/dynamic_sampling.py)
+GROUP_SERIES = (("frac_reward_zero_std", "uniform groups trained (no gradient)"),
+                ("dynamic/uniform_share", "uniform before refills (dropped)"),
+                ("dynamic/uniform_left", "uniform after refills"))
+
+
 def plot_curve(metrics_file: Path, out: Path, title: str = "") -> Path | None:
-    """Reward (± std) and episode score per step, then loss, then KL or DPO margins; returns the PNG path."""
+    """Reward (± std) and episode score per step, then loss, then KL or DPO margins, then GRPO's uniform groups;
+    returns the PNG path."""
     rows = read_jsonl(metrics_file)
     if not rows:
         return None
@@ -139,6 +147,7 @@ def plot_curve(metrics_file: Path, out: Path, title: str = "") -> Path | None:
     panels = (["reward"] if has_reward else []) + ["loss"]
     third = next((k for k in ("kl", "rewards/margins") if any(k in r for r in rows)), None)
     panels += [third] if third else []
+    panels += ["groups"] if any(key in r for r in rows for key, _ in GROUP_SERIES) else []
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.8 * len(panels)), sharex=True, squeeze=False)
     for ax, panel in zip(axes[:, 0], panels):
         if panel == "reward":
@@ -159,6 +168,14 @@ def plot_curve(metrics_file: Path, out: Path, title: str = "") -> Path | None:
                 right.plot(score_steps, score, color="tab:orange", marker=".", alpha=0.8, label="episode score")
                 right.set_ylabel("episode score (0-100)")
                 right.legend(loc="lower right", fontsize=8)
+        elif panel == "groups":
+            for key, label in GROUP_SERIES:
+                steps, values = _series(rows, key)
+                if values:
+                    ax.plot(steps, [100 * v for v in values], marker=".", label=label)
+            ax.set_ylabel("% of groups")
+            ax.set_ylim(-5, 105)
+            ax.legend(loc="upper left", fontsize=8)
         else:
             steps, values = _series(rows, panel)
             ax.plot(steps, values, marker=".", color="tab:red" if panel == "loss" else "tab:purple")

@@ -87,6 +87,44 @@ def model_dtype(dtype: str, full_finetune: bool, deepspeed: bool):
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
+# Below this size a CPU step is bound by per-op overhead, not arithmetic: bf16 autocast gains nothing (measured:
+# playpen-tiny, 1M parameters, 0.04 s a LoRA step either way) while it changes the numbers every test expects.
+CPU_BF16_MIN_PARAMETERS = 50_000_000
+
+
+def cpu_supports_bf16() -> bool:
+    """AVX512-BF16 or AMX: the CPU computes bf16 matrix products natively (elsewhere torch emulates them slowly)."""
+    import torch
+
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def count_parameters(path: str) -> int:
+    """The model's parameter count from its config alone (built on the meta device: no weights read)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(path)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config).num_parameters()
+
+
+def autocast_bf16(requested: bool | None, path: str, quantization: str | None, deepspeed: bool) -> bool:
+    """Whether training runs its forward and backward under bf16 autocast (weights stay as loaded: float32 master
+    weights on CPU). `requested` is `trainer.bf16` when the config sets it; unset, it is decided here: on GPUs
+    with bf16, always; on CPUs that compute bf16 natively, for models large enough to gain (SmolLM2-135M: 2.3x
+    a LoRA step, losses equal to 1e-3; bench/results/train-precision.md), except with bitsandbytes or DeepSpeed,
+    whose CPU paths are tested in float32 only."""
+    import torch
+
+    if requested is not None:
+        return bool(requested)
+    if has_cuda():
+        return torch.cuda.is_bf16_supported()
+    return (cpu_supports_bf16() and not quantization and not deepspeed
+            and count_parameters(path) >= CPU_BF16_MIN_PARAMETERS)
+
+
 def load_tokenizer(path: str):
     from transformers import AutoTokenizer
 

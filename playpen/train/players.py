@@ -30,3 +30,24 @@ def load_clemcore_model(spec: dict, max_tokens: int, temperature: float):
     model = backend.get_model_for(model_spec)
     model.set_gen_args(max_tokens=max_tokens, temperature=temperature)
     return model
+
+
+def frozen_policy(spec: dict):
+    """A local Hugging Face model (spec of backend huggingface_local) as a frozen LocalPolicy: eval mode, no
+    gradients, its own quantization and adapter; bfloat16 on GPUs, float32 on CPU (GRPO teachers, screening)."""
+    import torch
+
+    from playpen.rollout import LocalPolicy
+    from playpen.train import distributed, modeling
+
+    model_config = spec.get("model_config", {})
+    quantization = "4bit" if model_config.get("load_in_4bit") else "8bit" if model_config.get("load_in_8bit") \
+        else None
+    dtype = torch.bfloat16 if distributed.has_cuda() else torch.float32
+    model = modeling.load_model(spec["huggingface_id"], quantization, dtype,
+                                peft_model=model_config.get("peft_model"), trainable=False)
+    model.requires_grad_(False)
+    model.eval()
+    if distributed.has_cuda() and not quantization:
+        model.to(f"cuda:{distributed.dist_info()[2]}")
+    return LocalPolicy(model, modeling.load_tokenizer(spec["huggingface_id"]), name=spec["model_name"])

