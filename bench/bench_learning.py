@@ -294,7 +294,7 @@ def plot(arms: dict, curves: dict, out: Path) -> None:
     left.legend(fontsize=7)
     for name, curve in curves.items():
         right.plot(curve["step"], curve["reward"], marker=".", label=f"{name}: reward")
-        right.plot(curve["step"], curve["frac_reward_zero_std"], linestyle=":", label=f"{name}: uniform groups")
+        right.plot(curve["step"], curve["dynamic/uniform_share"], linestyle=":", label=f"{name}: uniform groups")
     right.set_xlabel("GRPO step")
     right.legend(fontsize=6)
     right.grid(alpha=0.3)

@@ -125,9 +125,10 @@ def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     return [p[0] for p in points], [p[1] for p in points]
 
 
-# GRPO groups whose episodes all scored alike (zero advantage): as trained (TRL's count), and with dynamic sampling
-# before and after its refills (train/dynamic_sampling.py)
-GROUP_SERIES = (("frac_reward_zero_std", "uniform groups trained (no gradient)"),
+# GRPO groups whose episodes all scored alike (zero advantage): TRL's count (per group with scale_rewards "group"
+# or "none"; with "batch" TRL takes the std over the whole batch, so it says only whether the batch was uniform),
+# and with dynamic sampling playpen's own per-group counts before and after its refills (train/dynamic_sampling.py)
+GROUP_SERIES = (("frac_reward_zero_std", "TRL frac_reward_zero_std (whole batch under scale_rewards=batch)"),
                 ("dynamic/uniform_share", "uniform before refills (dropped)"),
                 ("dynamic/uniform_left", "uniform after refills"))
 
