@@ -360,7 +360,7 @@ def report_lines(arms: dict, diag: dict, curves: dict, second: dict, timings: di
         lines.append(f"- {name}: training reward first {third} steps {mean(c['reward'][:third]):.3f} → last "
                      f"{third} {mean(c['reward'][-third:]):.3f}; uniform groups dropped {100 * mean(c['dynamic/uniform_share']):.0f} %, "
                      f"still uniform after refills {100 * mean(c['dynamic/uniform_left']):.0f} %; KL at the end "
-                     f"{c['kl'][-1]:.3f}")
+                     + (f"{c['kl'][-1]:.3f}" if c["kl"][-1] == c["kl"][-1] else "not computed (beta 0)"))
     lines += ["", "## Wall time", "", *(f"- {k}: {v / 60:.1f} min" for k, v in timings.items())]
     return lines
 
