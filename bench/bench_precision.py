@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -141,11 +142,6 @@ def run_child(method: str, bf16: str, storage: Path, args) -> dict:
 
 # ---------------------------------------------------------------- report
 
-def median(values: list[float]) -> float:
-    values = sorted(values)
-    return values[len(values) // 2] if len(values) % 2 else sum(values[len(values) // 2 - 1:][:2]) / 2
-
-
 def grpo_split(runs: list[dict]) -> dict:
     steps = [s for r in runs for s in r["steps"]]
     total = sum(s["total"] for s in steps)
@@ -176,8 +172,8 @@ def main() -> None:
                     print(f"[bench_precision] {method} bf16={bf16}: {json.dumps(results[method][bf16][-1])[:300]}",
                           flush=True)
     sft32, sft16 = results["sft"]["false"], results["sft"]["true"]
-    speed32 = median([r["tokens_per_second"] for r in sft32])
-    speed16 = median([r["tokens_per_second"] for r in sft16])
+    speed32 = statistics.median([r["tokens_per_second"] for r in sft32])
+    speed16 = statistics.median([r["tokens_per_second"] for r in sft16])
     losses32, losses16 = sft32[0]["losses"], sft16[0]["losses"]
     worst = max(abs(a - b) / abs(a) for a, b in zip(losses32, losses16))
     g32, g16 = grpo_split(results["grpo"]["false"]), grpo_split(results["grpo"]["true"])
@@ -188,7 +184,7 @@ def main() -> None:
           "## SFT + LoRA (referencegame expert transcripts, batch {})".format(args.sft_batch), "",
           "| precision | tokens/s (median) | peak RSS (MB) | losses, first steps |", "|---|---:|---:|---|"]
     for label, runs, speed in (("float32", sft32, speed32), ("bf16 autocast", sft16, speed16)):
-        md.append(f"| {label} | {speed:.0f} | {median([r['peak_rss_mb'] for r in runs]):.0f} | "
+        md.append(f"| {label} | {speed:.0f} | {statistics.median([r['peak_rss_mb'] for r in runs]):.0f} | "
                   + ", ".join(f"{x:.4f}" for x in runs[0]["losses"]) + " |")
     md += ["", f"**bf16 / float32 training tokens/s = {speed16 / speed32:.2f}×** (target ≥ 1.7×: "
            f"**{'met' if speed16 / speed32 >= 1.7 else 'missed'}**); the losses agree within "

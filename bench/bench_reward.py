@@ -44,7 +44,7 @@ class Names:
         prefix = "tiny" if model == "playpen-tiny" else "".join(c if c.isalnum() or c in "-_." else "-" for c in model)
         self.rm_exp, self.rl_exp = f"{prefix}-sentiment-rm", f"{prefix}-sentiment-rl"
         self.rm, self.rl = f"{self.rm_exp}-v1", f"{self.rl_exp}-v1"
-        self.file = model  # playpen meter's file stem for the generator (its _slug keeps these names)
+        self.file = model  # playpen meter's file stem for the generator (storage.slug keeps these names)
         self.results = "reward" if model == "playpen-tiny" else f"reward-{prefix}"
 
 

@@ -48,16 +48,16 @@ def screen(model: str, game: str, output: str | Path, split: str = "train", samp
     from playpen.games import expert_model
     from playpen.games.instances import load_instances
     from playpen.rollout import RolloutEngine
-    from playpen.storage import atomic_write_json
+    from playpen.storage import atomic_write_json, not_a_link
     from playpen.train.modeling import resolve_model_spec
     from playpen.train.players import frozen_policy
 
     if samples < 2 or temperature <= 0:
         raise PlaypenError(f"screening needs at least 2 samples at a temperature > 0 (got -k {samples}, "
                            f"-T {temperature}): one greedy play has no pass rate between 0 and 1")
-    output = Path(output)
-    if output.is_dir() or output.is_symlink():
-        raise PlaypenError(f"-o {output} is a folder or a link; name a new .json file")
+    output = not_a_link(output, "-o")
+    if output.is_dir():
+        raise PlaypenError(f"-o {output} is a folder; name a new .json file")
     pairs = load_instances(game, split, limit=instances, seed=None if instances is None else seed)
     if not pairs:
         raise PlaypenError(f"game {game} has no instances in set {split}")

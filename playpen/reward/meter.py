@@ -98,8 +98,7 @@ def generate(spec: dict, prompts: list[list[dict]], samples: int, max_new_tokens
     tokenizer = modeling.load_tokenizer(spec["huggingface_id"])
     tokenizer.padding_side = "left"
     model_config = spec.get("model_config") or {}
-    quantization = "4bit" if model_config.get("load_in_4bit") else "8bit" if model_config.get("load_in_8bit") \
-        else None
+    quantization = modeling.spec_quantization(spec)
     dtype = torch.bfloat16 if distributed.has_cuda() else torch.float32
     model = modeling.load_model(spec["huggingface_id"], quantization, dtype,
                                 peft_model=model_config.get("peft_model"), trainable=False)
@@ -140,15 +139,11 @@ def summarize(scores: list[float], prompt_of: list[int], threshold: float) -> di
             "share_above": sum(s > threshold for s in scores) / n, "min": min(scores), "max": max(scores)}
 
 
-def _slug(name: str) -> str:
-    return slug(name)
-
-
 def _write_model(folder: Path, name: str, prompts, rows, scores, summary) -> None:
     from playpen.storage import atomic_write_json, atomic_write_text
 
-    slug = _slug(name)
-    csv_path = folder / f"{slug}.completions.csv"
+    stem = slug(name)
+    csv_path = folder / f"{stem}.completions.csv"
     tmp = csv_path.with_name(f".{csv_path.name}.tmp")
     with tmp.open("w", newline="") as f:
         writer = csv.writer(f)
@@ -156,8 +151,8 @@ def _write_model(folder: Path, name: str, prompts, rows, scores, summary) -> Non
         for (p, k, text), score in zip(rows, scores):
             writer.writerow([p, k, prompts[p][-1]["content"], text, f"{score:.6g}"])
     tmp.replace(csv_path)
-    atomic_write_json(folder / f"{slug}.summary.json", summary)
-    atomic_write_text(folder / f"{slug}.labelled.jsonl", "".join(
+    atomic_write_json(folder / f"{stem}.summary.json", summary)
+    atomic_write_text(folder / f"{stem}.labelled.jsonl", "".join(
         json.dumps({"prompt": prompts[p], "text": text, "label": score}, ensure_ascii=False) + "\n"
         for (p, _, text), score in zip(rows, scores)))
 

@@ -62,6 +62,12 @@ def check_quantization(quantization: str | None) -> None:
                            f"set quantization=null or install a working bitsandbytes") from None
 
 
+def spec_quantization(spec: dict) -> str | None:
+    """The bitsandbytes quantization a model spec asks for (clemcore's model_config load_in_4bit/8bit), or None."""
+    model_config = spec.get("model_config") or {}
+    return "4bit" if model_config.get("load_in_4bit") else "8bit" if model_config.get("load_in_8bit") else None
+
+
 def bnb_config(quantization: str, compute_dtype):
     from transformers import BitsAndBytesConfig
 

@@ -41,8 +41,7 @@ def frozen_policy(spec: dict):
     from playpen.train import distributed, modeling
 
     model_config = spec.get("model_config", {})
-    quantization = "4bit" if model_config.get("load_in_4bit") else "8bit" if model_config.get("load_in_8bit") \
-        else None
+    quantization = modeling.spec_quantization(spec)
     dtype = torch.bfloat16 if distributed.has_cuda() else torch.float32
     model = modeling.load_model(spec["huggingface_id"], quantization, dtype,
                                 peft_model=model_config.get("peft_model"), trainable=False)

@@ -329,8 +329,7 @@ def _build(session: Session) -> None:
     cfg = session.cfg
     spec = session.spec
     model_config = spec.get("model_config", {})
-    quantization = cfg.quantization or ("4bit" if model_config.get("load_in_4bit") else
-                                        "8bit" if model_config.get("load_in_8bit") else None)
+    quantization = cfg.quantization or modeling.spec_quantization(spec)
     if quantization != cfg.quantization:
         modeling.check_quantization(quantization)
         cfg.quantization = quantization
