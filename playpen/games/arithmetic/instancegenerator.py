@@ -60,14 +60,17 @@ class ArithmeticInstanceGenerator(GameInstanceGenerator):
     def __init__(self):
         super().__init__(str(GAME_DIR))
 
-    def on_generate(self, seed: int, split: str = "validation"):
+    def on_generate(self, seed: int, split: str = "validation", validation_per_experiment: int = VALIDATION_PER_EXPERIMENT,
+                    train_per_experiment: int = TRAIN_PER_EXPERIMENT):
+        """The counts are arguments for larger sets (`generate: {seed: N, train_per_experiment: 150}`); one_step
+        has 170 distinct problems, so their sum stays at or below that."""
         template = (GAME_DIR / "resources" / "prompt.txt").read_text(encoding="utf-8")
         game_id = 0 if split == "validation" else TRAIN_ID_OFFSET
         for name, kind in EXPERIMENTS.items():
             experiment = self.add_experiment(name)
             experiment["kind"] = kind
-            stream = problem_stream(kind, seed, VALIDATION_PER_EXPERIMENT + TRAIN_PER_EXPERIMENT)
-            part = stream[:VALIDATION_PER_EXPERIMENT] if split == "validation" else stream[VALIDATION_PER_EXPERIMENT:]
+            stream = problem_stream(kind, seed, validation_per_experiment + train_per_experiment)
+            part = stream[:validation_per_experiment] if split == "validation" else stream[validation_per_experiment:]
             for text, answer in part:
                 instance = self.add_game_instance(experiment, game_id)
                 instance["problem"] = text
