@@ -164,7 +164,7 @@ def play_guesser(name: str, split: str, limit: int | None, temperature: float, s
     from playpen.games import expert_model
     from playpen.games.instances import load_instances
     from playpen.rollout import RolloutEngine
-    from playpen.train.modeling import resolve_model_spec
+    from playpen.models.modeling import resolve_model_spec
     from playpen.train.players import frozen_policy
 
     policy = frozen_policy(resolve_model_spec(name))

@@ -13,6 +13,7 @@ from clemcore.backends import CustomResponseModel, ModelSpec
 from clemcore.clemgame import GameInteractionsRecorder
 
 from playpen import games
+from playpen.cli import main as playpen_main
 from playpen.games.debate import protocol as pr
 
 PASSAGE = "Mara Okafor works at the bakery. Tomas Reyes works at the library. Mara keeps a parrot."
@@ -128,7 +129,7 @@ def tiny():
 
     from playpen.models.tiny import ensure_tiny_model
     from playpen.rollout import LocalPolicy
-    from playpen.train import modeling
+    from playpen.models import modeling
 
     path = str(ensure_tiny_model())
     return LocalPolicy(modeling.load_model(path, None, torch.float32, trainable=False), modeling.load_tokenizer(path),
@@ -239,7 +240,7 @@ def test_one_iterative_dpo_round_on_judge_preferences(tmp_path, monkeypatch):
 def test_tournament_table_heatmap_and_rejudging(tmp_path):
     """playpen-tiny against the expert before the programmatic judge and before playpen-tiny (clemcore's runner,
     greedy); re-judging the records with the judge that judged them reproduces its replies and verdicts."""
-    from playpen.games.debate import rejudge, tournament
+    from playpen.debate import rejudge, tournament
 
     cfg = tournament.TournamentConfig(name="t", debaters=["playpen-tiny", "programmatic"],
                                       judges=["programmatic", "playpen-tiny"], max_instances=2, max_tokens=24,
@@ -255,8 +256,8 @@ def test_tournament_table_heatmap_and_rejudging(tmp_path):
         out = rejudge.rejudge(folder / "records", judge, max_tokens=24)
         same = [r for r in out["rows"] if r["recorded_judge"] == judge]
         assert len(same) == 4 and all(r["new_reply"] == r["recorded_reply"] and r["agree"] for r in same)
-    assert tournament.main([str(Path(__file__).parents[1] / "configs/debate/tournament_tiny.yaml"),
-                            f"output_dir={tmp_path}", "name=t", "max_instances=2", "max_tokens=24"]) == 0  # rerun
+    assert playpen_main(["debate", "tournament", str(Path(__file__).parents[1] / "configs/debate/tournament_tiny.yaml"),
+                         f"output_dir={tmp_path}", "name=t", "max_instances=2", "max_tokens=24"]) == 0  # rerun
 
 
 def test_winning_transcripts_become_sft_rows(tmp_path):
@@ -268,9 +269,9 @@ def test_winning_transcripts_become_sft_rows(tmp_path):
 
     from playpen.data import convert
     from playpen.eval.evaluation import score_game
-    from playpen.games.debate.transcripts import winning_transcripts
+    from playpen.debate.transcripts import winning_transcripts
     from playpen.games.registry import resolve_game
-    from playpen.train.data_files import check_messages
+    from playpen.data_files import check_messages
 
     rows = list(games.load_instances("debate", "train"))[:6]
     learner = CustomResponseModel(ModelSpec(model_name="stand-in-learner"))  # plays the expert's policy
@@ -315,13 +316,11 @@ def test_bad_instances_fail_in_one_line(tmp_path, capsys, drop, message):
 
 
 def test_missing_judge_fails_in_one_line(tmp_path, capsys):
-    from playpen.games.debate import rejudge, tournament
-
     config = tmp_path / "t.yaml"
     config.write_text("name: t\ndebaters: [playpen-tiny, programmatic]\njudges: []\n")
-    assert "no judge" in fails(capsys, tournament.main, [str(config), f"output_dir={tmp_path}"])
+    assert "no judge" in fails(capsys, playpen_main, ["debate", "tournament", str(config), f"output_dir={tmp_path}"])
     (tmp_path / "records").mkdir()
-    assert "re-judging needs a judge" in fails(capsys, rejudge.main, [str(tmp_path / "records")])
+    assert "re-judging needs a judge" in fails(capsys, playpen_main, ["debate", "rejudge", str(tmp_path / "records")])
     with pytest.raises(ValueError, match="requires 3 players"):  # a debate given two models has no judge
         games.load_benchmark("debate").create_game_master({"name": "x"}, [CustomResponseModel()] * 2)
 
@@ -329,7 +328,7 @@ def test_missing_judge_fails_in_one_line(tmp_path, capsys):
 def test_grpo_self_play_debaters_before_a_model_judge(tmp_path, monkeypatch):
     """The learner in both debater seats, a frozen model (playpen-tiny) as the judge (teacher_seats: [2]), on
     freshly generated train passages without pinned partners; GRPO trains seat A on the judge's preference."""
-    from playpen.games.debate.records import episodes_under
+    from playpen.debate.records import episodes_under
     from playpen.registry import resolve_model
     from playpen.train import train
 
@@ -364,7 +363,7 @@ def test_dpo_on_consultancy_judge_preferences(tmp_path, monkeypatch):
 def test_grpo_with_the_programmatic_teacher_in_chosen_seats(tmp_path, monkeypatch):
     """teacher: programmatic puts the built-in game's experts in teacher_seats: here the expert Debater B and the
     programmatic judge, on generated train passages that pin no seat."""
-    from playpen.games.debate.records import episodes_under
+    from playpen.debate.records import episodes_under
     from playpen.train import train
 
     monkeypatch.chdir(tmp_path)

@@ -88,7 +88,7 @@ def test_reward_model_from_branched_game_records(tmp_path, monkeypatch):
 
     from playpen.games.instances import load_instances
     from playpen.rollout import LocalPolicy, RolloutEngine
-    from playpen.train.modeling import load_tokenizer, resolve_model_spec
+    from playpen.models.modeling import load_tokenizer, resolve_model_spec
 
     monkeypatch.chdir(tmp_path)
     path = resolve_model_spec("playpen-tiny")["huggingface_id"]
@@ -183,7 +183,7 @@ def classifiers(tmp_path_factory) -> dict:
     its embeddings lack (saved from a tokenizer with added tokens)."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    from playpen.train.modeling import load_tokenizer, resolve_model_spec
+    from playpen.models.modeling import load_tokenizer, resolve_model_spec
 
     folder = tmp_path_factory.mktemp("classifiers")
     base = resolve_model_spec("playpen-tiny")["huggingface_id"]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from playpen.config import read_text
+from playpen.defaults import MAX_NEW_TOKENS
 from playpen.errors import PlaypenError
 
 
@@ -73,7 +74,7 @@ def game_registry():
     return GameRegistry([entry.clem_spec() for entry in game_entries()])
 
 
-def run_trainer(file: str | Path, learner: str, teacher: str | None = None, max_tokens: int = 300,
+def run_trainer(file: str | Path, learner: str, teacher: str | None = None, max_tokens: int = MAX_NEW_TOKENS,
                 temperature: float = 0.0) -> BasePlaypenTrainer:
     from playpen.train import players
 
