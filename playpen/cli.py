@@ -10,6 +10,8 @@
     playpen submit {sft,dpo,grpo,eval,sweep} [--config ...] [--nodes N] [--dry-run] [--wait]
                                                                         (= python -m playpen.submit)
     playpen status|logs RUN_DIR          playpen sweep [--config SWEEP.yaml]         playpen demo [--config ...]
+    playpen debate {tournament,curve,rejudge,transcripts} ...          (= python -m playpen.debate.TOOL)
+    playpen sweep-local SWEEP.yaml [key=value ...] | --status DIR     (= python -m playpen.eval.sweep; no SLURM)
     playpen build-tiny [--force]
 """
 from __future__ import annotations

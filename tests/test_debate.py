@@ -15,6 +15,7 @@ from clemcore.clemgame import GameInteractionsRecorder
 from playpen import games
 from playpen.cli import main as playpen_main
 from playpen.games.debate import protocol as pr
+from tests.conftest import engine, fails
 
 PASSAGE = "Mara Okafor works at the bakery. Tomas Reyes works at the library. Mara keeps a parrot."
 ITEM = {"game_id": 0, "passage": PASSAGE, "question": "Where does Mara Okafor work?",
@@ -123,31 +124,14 @@ def test_experts_before_the_programmatic_judge(game):
 
 # ---------------------------------------------------------------- playpen-tiny as debater and as judge
 
-@pytest.fixture(scope="module")
-def tiny():
-    import torch
+DEBATERS = dict(max_new_tokens=24, temperature=1.0, batch_size=32, seed=0)  # sampled debates, seeded
 
-    from playpen.models.tiny import ensure_tiny_model
-    from playpen.rollout import LocalPolicy
-    from playpen.models import modeling
-
-    path = str(ensure_tiny_model())
-    return LocalPolicy(modeling.load_model(path, None, torch.float32, trainable=False), modeling.load_tokenizer(path),
-                       name="playpen-tiny")
-
-
-def engine(policy, **kwargs):
-    from playpen.rollout import RolloutEngine
-
-    return RolloutEngine(policy, None, max_new_tokens=24, progress=False, seed=0, **kwargs)
-
-
-def test_tiny_debaters_before_the_programmatic_judge(tiny):
+def test_tiny_debaters_before_the_programmatic_judge(policy):
     """Both debaters are playpen-tiny, the judge's seat is pinned to the programmatic judge (experiment key)."""
     from playpen.games.instances import load_instances
 
     pairs = [({**e, "judge": "programmatic"}, i) for e, i in load_instances("debate", "validation", limit=3)]
-    episodes = engine(tiny, temperature=1.0).play("debate", pairs)
+    episodes = engine(policy, **DEBATERS).play("debate", pairs)
     for episode in episodes:
         players = episode.interactions["players"]
         assert [players[p]["model_name"] for p in ("Player 1", "Player 2", "Player 3")] == \
@@ -189,11 +173,11 @@ def word_problems(n: int) -> tuple[dict, list[dict]]:
     return experiment, instances
 
 
-def test_branched_rounds_give_judge_preference_pairs(tiny):
+def test_branched_rounds_give_judge_preference_pairs(policy):
     from playpen.rollout import preference_pairs
 
     experiment, instances = word_problems(8)
-    episodes = engine(tiny, temperature=1.0).branch("debate", [(experiment, i) for i in instances], branch_factor=4)
+    episodes = engine(policy, **DEBATERS).branch("debate", [(experiment, i) for i in instances], branch_factor=4)
     pairs = preference_pairs(episodes)
     assert pairs, [e.messages[1]["content"] for e in episodes]
     for pair in pairs:
@@ -202,13 +186,13 @@ def test_branched_rounds_give_judge_preference_pairs(tiny):
         assert pair["chosen"][0]["role"] == "assistant" and pair["chosen"] != pair["rejected"]
 
 
-def test_branches_meet_the_same_pinned_opponent(tiny):
+def test_branches_meet_the_same_pinned_opponent(policy):
     """The engine copies the game before the learner's reply; the pinned expert opponent (which slips half the
     time on the train split) must make the same moves in every branch, or pairs would reward its luck."""
     from playpen.games.instances import load_instances
 
     rows = load_instances("debate", "train", experiment="simultaneous_1_round")[:4]
-    episodes = engine(tiny, temperature=1.0).branch("debate", rows, branch_factor=3)
+    episodes = engine(policy, **DEBATERS).branch("debate", rows, branch_factor=3)
     by_root = {}
     for episode in episodes:
         said = [e["action"]["content"] for t in episode.interactions["turns"] for e in t if e["from"] == "Player 2"]
@@ -293,24 +277,15 @@ def test_winning_transcripts_become_sft_rows(tmp_path):
 
 # ---------------------------------------------------------------- bad input: one line, exit 2
 
-def fails(capsys, main, argv) -> str:
-    capsys.readouterr()
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("playpen: error: "), err
-    return err
-
-
 @pytest.mark.parametrize("drop, message", [
     ("passage", "has no passage: the advocates need a text to argue from and quote"),
     ("correct", "has no correct answer: set 'correct' to \"A\" or \"B\"")])
 def test_bad_instances_fail_in_one_line(tmp_path, capsys, drop, message):
-    from playpen.cli import main
 
     file = tmp_path / "bad.json"
     instance = {k: v for k, v in ITEM.items() if k != drop}
     file.write_text(json.dumps({"experiments": [{"name": "x", "game_instances": [instance]}]}))
-    err = fails(capsys, main, ["eval", "playpen-tiny", "-g", "debate", "--instance_set", str(file), "-r",
+    err = fails(capsys, ["eval", "playpen-tiny", "-g", "debate", "--instance_set", str(file), "-r",
                                str(tmp_path / "out")])
     assert message in err
 
@@ -318,9 +293,9 @@ def test_bad_instances_fail_in_one_line(tmp_path, capsys, drop, message):
 def test_missing_judge_fails_in_one_line(tmp_path, capsys):
     config = tmp_path / "t.yaml"
     config.write_text("name: t\ndebaters: [playpen-tiny, programmatic]\njudges: []\n")
-    assert "no judge" in fails(capsys, playpen_main, ["debate", "tournament", str(config), f"output_dir={tmp_path}"])
+    assert "no judge" in fails(capsys, ["debate", "tournament", str(config), f"output_dir={tmp_path}"])
     (tmp_path / "records").mkdir()
-    assert "re-judging needs a judge" in fails(capsys, playpen_main, ["debate", "rejudge", str(tmp_path / "records")])
+    assert "re-judging needs a judge" in fails(capsys, ["debate", "rejudge", str(tmp_path / "records")])
     with pytest.raises(ValueError, match="requires 3 players"):  # a debate given two models has no judge
         games.load_benchmark("debate").create_game_master({"name": "x"}, [CustomResponseModel()] * 2)
 

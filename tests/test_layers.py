@@ -76,3 +76,17 @@ def test_a_wheel_ships_the_defaults_the_code_names(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # nothing named configs/ here
     assert config_file("configs/deepspeed/zero2.json") == packaged_configs() / "deepspeed" / "zero2.json"
     assert config_file("configs/nope.json") == Path("configs/nope.json")
+
+
+def test_bench_imports_only_playpen():
+    """bench/ runs against the installed package: no imports of tests/, no sys.path edits."""
+    found = []
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.name} imports {n}" for n in names if n.split(".")[0] == "tests"]
+        if "sys.path" in text:
+            found.append(f"{path.name} edits sys.path")
+    assert not found, found

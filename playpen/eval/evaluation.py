@@ -28,7 +28,7 @@ from playpen.games.instances import instances_file, read_instances, spread
 from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
 from playpen.registry import check_remote_key
 from playpen.storage import (atomic_write_json, check_location, exclusive_folder, move_tree, not_a_link, path_under,
-                             remove_tree)
+                             remove_tree, timestamp)
 
 DEFAULT_RESULTS_ROOT = "playpen-eval"
 PLAYERS = ("auto", "engine", "clemcore")
@@ -248,7 +248,7 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
     check_remote_key(spec, "model")  # an API model without its key.json entry: one line, before anything runs
     folder = model_folder(spec)
     results = Path(check_location(str(results_dir), "-r")) if results_dir else \
-        Path(DEFAULT_RESULTS_ROOT) / time.strftime("%Y%m%d-%H%M%S")
+        Path(DEFAULT_RESULTS_ROOT) / timestamp()
     not_a_link(results, "results folder")
     if results.exists() and not results.is_dir():
         raise PlaypenError(f"results dir {results} is a file; give a folder with -r")

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from playpen.errors import PlaypenError
-from playpen.storage import check_location, exclusive_folder, not_a_link, slug
+from playpen.storage import check_location, exclusive_folder, not_a_link, slug, timestamp
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -197,7 +197,7 @@ def plot_histogram(results: list[tuple[str, list[float], dict]], out: Path, titl
 
 def meter(args: argparse.Namespace) -> Path:
     prompts, models, scorer_spec = check_inputs(args)  # nothing loaded or written before this passed
-    folder = not_a_link(args.output or Path("playpen-meter") / time.strftime("%Y-%m-%dT%H-%M-%S"), "--output")
+    folder = not_a_link(args.output or Path("playpen-meter") / timestamp(), "--output")
     # one meter per folder at a time, as for eval's -r: two would overwrite each other's CSVs and summaries
     with exclusive_folder(folder, f"meter folder {folder} is in use by another playpen meter",
                           "wait for it to end, or pick another -o"):

@@ -22,13 +22,15 @@ from pathlib import Path
 
 from playpen.config import packaged_configs
 from playpen.errors import PlaypenError
+from playpen.storage import timestamp
 from playpen.submit import executor as exe
 from playpen.submit import status
 from playpen.submit.plans import Plan, plan_eval, plan_meter, plan_sweep, plan_tournament, plan_train
 from playpen.submit.profiles import ClusterProfile, load_profile, with_container
 from playpen.submit.watch import print_dry_run, print_submitted, show_logs, wait
+from playpen.train import METHODS
 
-TRAIN_METHODS = ("sft", "dpo", "grpo", "rloo", "reward")
+TRAIN_METHODS = tuple(METHODS)  # the one list: playpen.train.METHODS
 SUBMIT_COMMANDS = (*TRAIN_METHODS, "eval", "meter", "sweep", "tournament")
 
 
@@ -126,7 +128,7 @@ def submit(args: argparse.Namespace) -> int:
         plan = (plan_sweep if args.command == "sweep" else plan_tournament)(args, profile, config, res, kind)
         if plan is None:
             return 0
-    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    stamp = f"{timestamp()}-{os.getpid()}"
     folder = status.log_dir(plan.directory) / "submitit" / stamp  # fresh per submission: job ids (local: pids) recur
     if args.dry_run:
         if profile.container.image and not Path(profile.container.image).expanduser().is_file():

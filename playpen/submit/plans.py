@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -13,7 +12,7 @@ from typing import Any, Callable
 from playpen.config import config_file, load_config
 from playpen.errors import PlaypenError
 from playpen.storage import (DEFAULT_STORAGE, STORAGE_ENV, RunDir, check_location, not_a_link, path_under,
-                             resolve_storage_root, slug)
+                             resolve_storage_root, slug, timestamp)
 from playpen.submit import executor as exe
 from playpen.submit import jobs, status
 from playpen.submit.profiles import ClusterProfile
@@ -82,7 +81,7 @@ def plan_eval(args: argparse.Namespace, profile: ClusterProfile, config: str, re
     root = storage_root_for(profile, spec.storage_root, check=not args.dry_run)
     safe = slug(Path(spec.model).name)
     results = not_a_link(Path(spec.results_dir).expanduser().absolute(), "results_dir") if spec.results_dir else \
-        path_under(root, "eval", f"{safe}-{time.strftime('%Y%m%d-%H%M%S')}", what="results folder")
+        path_under(root, "eval", f"{safe}-{timestamp()}", what="results folder")
     job = jobs.EvalJob(spec, str(results), str(status.log_dir(results)), profile.max_requeues,
                        use_gpus=res.gpus_per_node > 0)
     return Plan("eval", results, root, job)
@@ -102,7 +101,7 @@ def plan_meter(args: argparse.Namespace, profile: ClusterProfile, config: str, r
         settings["prompts"] = str(prompts.absolute())  # the job may start elsewhere
     safe = slug(Path(str(settings.get("model", ""))).name)
     settings["output"] = str(Path(settings["output"]).expanduser().absolute()) if settings.get("output") else \
-        str(path_under(root, "meter", f"{safe}-{time.strftime('%Y%m%d-%H%M%S')}", what="meter folder"))
+        str(path_under(root, "meter", f"{safe}-{timestamp()}", what="meter folder"))
     check_inputs(parse_config(settings, config))  # prompts, models and the classifier: before anything is submitted
     job = jobs.MeterJob(settings, str(status.log_dir(Path(settings["output"]))), profile.max_requeues,
                         use_gpus=res.gpus_per_node > 0)
