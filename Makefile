@@ -26,8 +26,9 @@ setup: $(VENV)/.installed  ## venv + pinned install + the bundled models: plaype
 tiny: $(VENV)/.installed
 	$(PY) -m playpen.models.tiny --force
 
-quality: $(VENV)/.installed  ## lint (ruff: pyflakes, pycodestyle, import order; config in pyproject.toml)
+quality: $(VENV)/.installed  ## lint (ruff: pyflakes, pycodestyle) and the import layers (import-linter); config in pyproject.toml
 	$(VENV)/bin/ruff check playpen tests bench
+	$(VENV)/bin/lint-imports  # the layers contract in pyproject.toml ([tool.importlinter])
 
 test: setup quality  ## lint, then the whole suite, SLURM tests included (they start the dev cluster themselves)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 RESULTS = REPO / "bench" / "results"
 MODEL = "smol-135m"
 POSITIONS = ("first", "second", "third")
@@ -240,7 +239,7 @@ def play(task: Task, name: str, split: str, limit: int | None, temperature: floa
     from playpen.games import expert_model
     from playpen.games.instances import load_instances
     from playpen.rollout import RolloutEngine
-    from playpen.train.modeling import resolve_model_spec
+    from playpen.models.modeling import resolve_model_spec
     from playpen.train.players import frozen_policy
 
     policy = frozen_policy(resolve_model_spec(name))

@@ -26,7 +26,6 @@ from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 RESULTS = REPO / "bench" / "results" / "train-precision.md"
 MODEL = "smol-135m"
 LOSS_TOLERANCE = 0.02  # relative; bf16 rounds activations to 8 bits of mantissa

@@ -35,14 +35,12 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 RESULTS = REPO / "bench" / "results" / "rollout.md"
 
 

@@ -23,12 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from playpen.submit import executor as exe
+from playpen.submit.profiles import load_profile
 
-from playpen.submit import executor as exe  # noqa: E402
-from playpen.submit.profiles import load_profile  # noqa: E402
-from tests.devcluster import cluster_env, is_running, start_devcluster, stop_devcluster  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 RESULTS = REPO / "bench" / "results" / "submit.md"
 
@@ -132,13 +130,31 @@ def bench_array(tmp: Path, profile, cells: int) -> tuple[float, float, float]:
     return array_s, separate_s, unthrottled_s
 
 
+def devcluster(command: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """slurm/devcluster.sh COMMAND (start, status, stop, env); start and stop must succeed."""
+    done = subprocess.run(["bash", str(REPO / "slurm" / "devcluster.sh"), command], capture_output=True, text=True,
+                          timeout=timeout)
+    if command in ("start", "stop") and done.returncode != 0:
+        raise SystemExit(f"bash slurm/devcluster.sh {command} failed (exit {done.returncode}):\n{done.stdout}\n"
+                         f"{done.stderr}")
+    return done
+
+
+def cluster_env() -> dict[str, str]:
+    """What `devcluster.sh env` exports (SLURM_CONF=...), for this process and the jobs it submits."""
+    lines = devcluster("env").stdout.splitlines()
+    return dict(line.removeprefix("export ").split("=", 1) for line in lines if line.startswith("export "))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cells", type=int, default=100)
     args = parser.parse_args()
-    started_here = not is_running()
-    os.environ.update(start_devcluster() if started_here else cluster_env())
+    started_here = devcluster("status", timeout=60).returncode != 0
+    if started_here:
+        devcluster("start")
+    os.environ.update(cluster_env())
     profile = load_profile("devcluster")
     try:
         wait_idle()
@@ -148,7 +164,7 @@ def main() -> int:
             array_s, separate_s, unthrottled_s = bench_array(Path(tmp), profile, args.cells)
     finally:
         if started_here:
-            stop_devcluster()
+            devcluster("stop", timeout=120)
     med, cli_med = statistics.median(running), statistics.median(cli)
     ok = lambda good: "✅" if good else "❌"  # noqa: E731
     load = os.getloadavg()[0]

@@ -26,7 +26,6 @@ from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 RESULTS = REPO / "bench" / "results" / "train.md"
 
 

@@ -10,6 +10,8 @@
     playpen submit {sft,dpo,grpo,eval,sweep} [--config ...] [--nodes N] [--dry-run] [--wait]
                                                                         (= python -m playpen.submit)
     playpen status|logs RUN_DIR          playpen sweep [--config SWEEP.yaml]         playpen demo [--config ...]
+    playpen debate {tournament,curve,rejudge,transcripts} ...          (= python -m playpen.debate.TOOL)
+    playpen sweep-local SWEEP.yaml [key=value ...] | --status DIR     (= python -m playpen.eval.sweep; no SLURM)
     playpen build-tiny [--force]
 """
 from __future__ import annotations
@@ -17,10 +19,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import re
 import sys
 
-from playpen.errors import PlaypenError
+from playpen.errors import OneLineParser, guarded
 
 # command → module that provides add_arguments(parser) and main(args) -> int; imported only when needed
 COMMANDS = {
@@ -32,6 +33,9 @@ COMMANDS = {
                                      "playpen.submit)"),
     "demo": ("playpen.demo", "evaluate the demo run: untrained vs trained on held-out instances"),
     "meter": ("playpen.reward.meter", "score a model's sampled completions with a classifier or scorer"),
+    "debate": ("playpen.debate.cli", "debate tools: tournament, curve, rejudge, transcripts"),
+    "sweep-local": ("playpen.eval.sweep", "run a sweep's pending cells here, one after the other (no SLURM; "
+                                          "= python -m playpen.eval.sweep)"),
     "screen": ("playpen.eval.screening", "each instance's pass rate under a model; write those strictly between "
                                          "0 and 1 as an instances file (GRPO's split:)"),
 }
@@ -125,33 +129,6 @@ def dispatch(args: argparse.Namespace) -> int:
         return 0
     module = importlib.import_module(COMMANDS[args.command][0])
     return (module.run(args) if args.command == "submit" else module.main(args)) or 0
-
-
-def one_line(message: str) -> str:
-    """A message quoting a value with a newline or other control character (a hostile run_id, a file name) stays
-    one line: the characters are shown escaped, as repr() shows them."""
-    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], message)
-
-
-def guarded(command, *args) -> int:
-    """The one error boundary of every entry point: a PlaypenError is one line and exit 2, Ctrl-C one line and
-    exit 130; anything else is a bug and keeps its traceback."""
-    try:
-        return command(*args)
-    except PlaypenError as e:
-        print(f"playpen: error: {one_line(str(e))}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as e:  # a training run says which checkpoint the rerun resumes from
-        print(f"playpen: interrupted; {e.args[0] if e.args else 'rerun the same command to resume'}",
-              file=sys.stderr)
-        return 130
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """Usage mistakes (a missing argument, `-L abc`) are one line too, like every other bad input."""
-
-    def error(self, message: str):
-        self.exit(2, f"playpen: error: {self.prog}: {message} (see `{self.prog} -h`)\n")
 
 
 def build_parser_for(argv: list[str]) -> argparse.ArgumentParser:

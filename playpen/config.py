@@ -262,3 +262,23 @@ def to_dict(obj: Any) -> Any:
 
 def dump_yaml(obj: Any) -> str:
     return yaml.safe_dump(to_dict(obj), sort_keys=False)
+
+
+# ---------------------------------------------------------------- packaged defaults
+
+def packaged_configs() -> Path:
+    """playpen/configs/: the defaults the code falls back to, shipped as package data (pip install, the image)."""
+    from importlib.resources import files
+
+    return Path(str(files("playpen") / "configs"))
+
+
+def config_file(path: str | Path) -> Path:
+    """A config-side file named in a config or on a command line (`configs/deepspeed/zero2.json`, a prompts file):
+    as given, relative to the working directory; else, for a `configs/...` path, playpen's packaged copy of it.
+    Returns the path as given when neither exists (the caller says what is missing)."""
+    given = Path(path).expanduser()
+    if given.exists() or given.is_absolute() or given.parts[:1] != ("configs",):
+        return given
+    packaged = packaged_configs().joinpath(*given.parts[1:])
+    return packaged if packaged.exists() else given

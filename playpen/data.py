@@ -335,9 +335,9 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m playpen.data: an alias of `playpen data`
     import sys
 
-    from playpen.cli import main as playpen_main
+    from playpen.errors import run_command
 
-    sys.exit(playpen_main(["data", *sys.argv[1:]]))
+    sys.exit(run_command("playpen data", add_arguments, main))

@@ -15,6 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from playpen.config import packaged_configs
 from playpen.errors import PlaypenError
 from playpen.storage import RunDir, atomic_write_json
 
@@ -23,7 +24,8 @@ PLOT_FILE = "demo_eval.png"
 
 def run_dir_for(method: str, config: str, overrides: list[str]) -> tuple[RunDir, object]:
     from playpen.config import load_config
-    from playpen.train.runner import load_recipe, run_id_of
+    from playpen.train.run_folder import run_id_of
+    from playpen.train.runner import load_recipe
 
     cfg = load_config(load_recipe(method).Config, config, overrides)
     run = RunDir.for_experiment(cfg.storage_root, cfg.experiment, run_id_of(method, cfg))
@@ -73,11 +75,11 @@ def plot(results: dict, out: Path) -> None:
     plt.close(fig)
 
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "grpo" / "demo.yaml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=str(DEFAULT_CONFIG), help="the trained run's config (default: the demo)")
+    parser.add_argument("--config", default=str(packaged_configs() / "grpo" / "demo.yaml"),
+                        help="the trained run's config (default: the demo)")
     parser.add_argument("--method", default="grpo")
     parser.add_argument("--samples", type=int, default=SAMPLES,
                         help="evaluations at the rollout temperature, one per sampling seed (default: %(default)s)")

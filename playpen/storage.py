@@ -306,9 +306,14 @@ def is_run_dir(path: str | Path) -> bool:
     return (path / "config.yaml").is_file() or (path / "checkpoints").is_dir()
 
 
+def timestamp() -> str:
+    """The one format of the time in a default output folder's name (eval results, meter, submissions): sortable."""
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
 def new_run_id() -> str:
     """Sortable and unique across hosts: two jobs started in the same second still get distinct ids."""
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{socket.gethostname().split('.')[0]}-{os.getpid()}"
+    return f"{timestamp()}-{socket.gethostname().split('.')[0]}-{os.getpid()}"
 
 
 @dataclass(frozen=True)

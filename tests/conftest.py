@@ -1,1 +1,90 @@
+"""What several test files share: the tiny model as a folder, a (model, tokenizer) pair, a policy and an engine;
+a training call into a scratch storage root; and the checks of bad input (one error line, nothing written)."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
 from tests.devcluster import devcluster  # noqa: F401  (session fixture: the local SLURM dev cluster)
+
+
+@pytest.fixture(scope="session")
+def tiny() -> Path:
+    """The bundled playpen-tiny model's folder (built on first use)."""
+    from playpen.models.tiny import ensure_tiny_model
+
+    return ensure_tiny_model()
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny):
+    """(model, tokenizer) of playpen-tiny, on one thread, as clemcore's huggingface backend runs: on a shared
+    2-core machine the tiny model's many small ops are many times slower with two threads competing for cores."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield AutoModelForCausalLM.from_pretrained(tiny).eval(), AutoTokenizer.from_pretrained(tiny)
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_model):
+    from playpen.rollout import LocalPolicy
+
+    return LocalPolicy(*tiny_model, name="playpen-tiny")
+
+
+def engine(policy, **settings):
+    """A quiet RolloutEngine with short greedy replies unless `settings` say otherwise."""
+    from playpen.rollout import RolloutEngine
+
+    return RolloutEngine(policy, **{"max_new_tokens": 12, "temperature": 0.0, "batch_size": 8, "progress": False,
+                                    **settings})
+
+
+@pytest.fixture
+def storage(tmp_path, monkeypatch) -> Path:
+    """A scratch working folder; the storage root of training runs under it."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "runs"
+
+
+def train(method: str, storage: Path, *overrides: str, cpu_threads: int | None = 1):
+    """`playpen train METHOD` with the method's default config and `overrides`, into `storage`."""
+    from playpen.train import train as run
+
+    threads = [f"cpu_threads={cpu_threads}"] if cpu_threads else []
+    return run(method, None, [f"storage_root={storage}", *threads, *overrides])
+
+
+def fails(capsys, argv: list[str], storage: Path | None = None, nothing_at_all: bool = False) -> str:
+    """`playpen ARGV` exits 2 with one `playpen: error:` line, which is returned; under `storage` no folder was
+    made (with `nothing_at_all`, no file either)."""
+    from playpen.cli import main
+
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("playpen: error: ") and "\n" not in err, err
+    if storage is not None and storage.exists():
+        written = [p for p in storage.rglob("*") if nothing_at_all or p.is_dir()]
+        assert not written, written
+    return err
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file (its content hash) and folder under `folder`."""
+    return {str(p.relative_to(folder)): hashlib.sha1(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(folder.rglob("*"))}
+
+
+def refused(capsys, argv: list[str], *unchanged: Path) -> str:
+    """Run the command; it must exit 2 with one error line and leave `unchanged` folders/files as they were."""
+    before = [snapshot(p) if p.is_dir() else p.read_bytes() for p in unchanged]
+    err = fails(capsys, argv)
+    assert [snapshot(p) if p.is_dir() else p.read_bytes() for p in unchanged] == before
+    return err

@@ -191,7 +191,8 @@ def raw_generated(seed: int) -> list[dict]:
 
 def test_upstream_trainer_file_runs_unchanged(workdir):
     """The shape of upstream playpen's examples/trl trainers: `from playpen import BasePlayPen`, a constructor
-    taking the learner alone, `learn(self, game_registry)` with clemcore's GameRegistry."""
+    taking the learner alone, `learn(self, game_registry)` with clemcore's GameRegistry, and the learner's
+    `get_name()` (clemcore 2's Model API; clemcore 3 has `.name`)."""
     (workdir / "upstream_trainer.py").write_text(
         "from clemcore.backends.huggingface_local_api import HuggingfaceLocalModel\n"
         "from clemcore.clemgame import GameRegistry\n"
@@ -204,8 +205,10 @@ def test_upstream_trainer_file_runs_unchanged(workdir):
         "        names = [spec['game_name'] for spec in game_registry]\n"
         "        params = sum(p.numel() for p in self.learner.model.parameters())\n"
         "        open('learned.json', 'w').write(__import__('json').dumps(\n"
-        "            {'names': names, 'wordle': wordle['game_path'], 'params': params}))\n")
+        "            {'names': names, 'wordle': wordle['game_path'], 'params': params,\n"
+        "             'learner': self.learner.get_name()}))\n")
     playpen(workdir, "run", "upstream_trainer.py", "-l", MODEL)
     learned = json.loads((workdir / "learned.json").read_text())
     assert learned["wordle"] == str(MINIBENCH / "wordle") and learned["params"] > 0
+    assert learned["learner"] == MODEL
     assert {"wordle", "wordle_hard", "taboo", "mathquiz", "playpen-wordle", "referencegame"} <= set(learned["names"])

@@ -13,7 +13,9 @@ from clemcore.backends import CustomResponseModel, ModelSpec
 from clemcore.clemgame import GameInteractionsRecorder
 
 from playpen import games
+from playpen.cli import main as playpen_main
 from playpen.games.debate import protocol as pr
+from tests.conftest import engine, fails
 
 PASSAGE = "Mara Okafor works at the bakery. Tomas Reyes works at the library. Mara keeps a parrot."
 ITEM = {"game_id": 0, "passage": PASSAGE, "question": "Where does Mara Okafor work?",
@@ -122,31 +124,14 @@ def test_experts_before_the_programmatic_judge(game):
 
 # ---------------------------------------------------------------- playpen-tiny as debater and as judge
 
-@pytest.fixture(scope="module")
-def tiny():
-    import torch
+DEBATERS = dict(max_new_tokens=24, temperature=1.0, batch_size=32, seed=0)  # sampled debates, seeded
 
-    from playpen.models.tiny import ensure_tiny_model
-    from playpen.rollout import LocalPolicy
-    from playpen.train import modeling
-
-    path = str(ensure_tiny_model())
-    return LocalPolicy(modeling.load_model(path, None, torch.float32, trainable=False), modeling.load_tokenizer(path),
-                       name="playpen-tiny")
-
-
-def engine(policy, **kwargs):
-    from playpen.rollout import RolloutEngine
-
-    return RolloutEngine(policy, None, max_new_tokens=24, progress=False, seed=0, **kwargs)
-
-
-def test_tiny_debaters_before_the_programmatic_judge(tiny):
+def test_tiny_debaters_before_the_programmatic_judge(policy):
     """Both debaters are playpen-tiny, the judge's seat is pinned to the programmatic judge (experiment key)."""
     from playpen.games.instances import load_instances
 
     pairs = [({**e, "judge": "programmatic"}, i) for e, i in load_instances("debate", "validation", limit=3)]
-    episodes = engine(tiny, temperature=1.0).play("debate", pairs)
+    episodes = engine(policy, **DEBATERS).play("debate", pairs)
     for episode in episodes:
         players = episode.interactions["players"]
         assert [players[p]["model_name"] for p in ("Player 1", "Player 2", "Player 3")] == \
@@ -188,11 +173,11 @@ def word_problems(n: int) -> tuple[dict, list[dict]]:
     return experiment, instances
 
 
-def test_branched_rounds_give_judge_preference_pairs(tiny):
+def test_branched_rounds_give_judge_preference_pairs(policy):
     from playpen.rollout import preference_pairs
 
     experiment, instances = word_problems(8)
-    episodes = engine(tiny, temperature=1.0).branch("debate", [(experiment, i) for i in instances], branch_factor=4)
+    episodes = engine(policy, **DEBATERS).branch("debate", [(experiment, i) for i in instances], branch_factor=4)
     pairs = preference_pairs(episodes)
     assert pairs, [e.messages[1]["content"] for e in episodes]
     for pair in pairs:
@@ -201,13 +186,13 @@ def test_branched_rounds_give_judge_preference_pairs(tiny):
         assert pair["chosen"][0]["role"] == "assistant" and pair["chosen"] != pair["rejected"]
 
 
-def test_branches_meet_the_same_pinned_opponent(tiny):
+def test_branches_meet_the_same_pinned_opponent(policy):
     """The engine copies the game before the learner's reply; the pinned expert opponent (which slips half the
     time on the train split) must make the same moves in every branch, or pairs would reward its luck."""
     from playpen.games.instances import load_instances
 
     rows = load_instances("debate", "train", experiment="simultaneous_1_round")[:4]
-    episodes = engine(tiny, temperature=1.0).branch("debate", rows, branch_factor=3)
+    episodes = engine(policy, **DEBATERS).branch("debate", rows, branch_factor=3)
     by_root = {}
     for episode in episodes:
         said = [e["action"]["content"] for t in episode.interactions["turns"] for e in t if e["from"] == "Player 2"]
@@ -239,7 +224,7 @@ def test_one_iterative_dpo_round_on_judge_preferences(tmp_path, monkeypatch):
 def test_tournament_table_heatmap_and_rejudging(tmp_path):
     """playpen-tiny against the expert before the programmatic judge and before playpen-tiny (clemcore's runner,
     greedy); re-judging the records with the judge that judged them reproduces its replies and verdicts."""
-    from playpen.games.debate import rejudge, tournament
+    from playpen.debate import rejudge, tournament
 
     cfg = tournament.TournamentConfig(name="t", debaters=["playpen-tiny", "programmatic"],
                                       judges=["programmatic", "playpen-tiny"], max_instances=2, max_tokens=24,
@@ -255,8 +240,8 @@ def test_tournament_table_heatmap_and_rejudging(tmp_path):
         out = rejudge.rejudge(folder / "records", judge, max_tokens=24)
         same = [r for r in out["rows"] if r["recorded_judge"] == judge]
         assert len(same) == 4 and all(r["new_reply"] == r["recorded_reply"] and r["agree"] for r in same)
-    assert tournament.main([str(Path(__file__).parents[1] / "configs/debate/tournament_tiny.yaml"),
-                            f"output_dir={tmp_path}", "name=t", "max_instances=2", "max_tokens=24"]) == 0  # rerun
+    assert playpen_main(["debate", "tournament", str(Path(__file__).parents[1] / "configs/debate/tournament_tiny.yaml"),
+                         f"output_dir={tmp_path}", "name=t", "max_instances=2", "max_tokens=24"]) == 0  # rerun
 
 
 def test_winning_transcripts_become_sft_rows(tmp_path):
@@ -268,9 +253,9 @@ def test_winning_transcripts_become_sft_rows(tmp_path):
 
     from playpen.data import convert
     from playpen.eval.evaluation import score_game
-    from playpen.games.debate.transcripts import winning_transcripts
+    from playpen.debate.transcripts import winning_transcripts
     from playpen.games.registry import resolve_game
-    from playpen.train.data_files import check_messages
+    from playpen.data_files import check_messages
 
     rows = list(games.load_instances("debate", "train"))[:6]
     learner = CustomResponseModel(ModelSpec(model_name="stand-in-learner"))  # plays the expert's policy
@@ -292,36 +277,25 @@ def test_winning_transcripts_become_sft_rows(tmp_path):
 
 # ---------------------------------------------------------------- bad input: one line, exit 2
 
-def fails(capsys, main, argv) -> str:
-    capsys.readouterr()
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("playpen: error: "), err
-    return err
-
-
 @pytest.mark.parametrize("drop, message", [
     ("passage", "has no passage: the advocates need a text to argue from and quote"),
     ("correct", "has no correct answer: set 'correct' to \"A\" or \"B\"")])
 def test_bad_instances_fail_in_one_line(tmp_path, capsys, drop, message):
-    from playpen.cli import main
 
     file = tmp_path / "bad.json"
     instance = {k: v for k, v in ITEM.items() if k != drop}
     file.write_text(json.dumps({"experiments": [{"name": "x", "game_instances": [instance]}]}))
-    err = fails(capsys, main, ["eval", "playpen-tiny", "-g", "debate", "--instance_set", str(file), "-r",
+    err = fails(capsys, ["eval", "playpen-tiny", "-g", "debate", "--instance_set", str(file), "-r",
                                str(tmp_path / "out")])
     assert message in err
 
 
 def test_missing_judge_fails_in_one_line(tmp_path, capsys):
-    from playpen.games.debate import rejudge, tournament
-
     config = tmp_path / "t.yaml"
     config.write_text("name: t\ndebaters: [playpen-tiny, programmatic]\njudges: []\n")
-    assert "no judge" in fails(capsys, tournament.main, [str(config), f"output_dir={tmp_path}"])
+    assert "no judge" in fails(capsys, ["debate", "tournament", str(config), f"output_dir={tmp_path}"])
     (tmp_path / "records").mkdir()
-    assert "re-judging needs a judge" in fails(capsys, rejudge.main, [str(tmp_path / "records")])
+    assert "re-judging needs a judge" in fails(capsys, ["debate", "rejudge", str(tmp_path / "records")])
     with pytest.raises(ValueError, match="requires 3 players"):  # a debate given two models has no judge
         games.load_benchmark("debate").create_game_master({"name": "x"}, [CustomResponseModel()] * 2)
 
@@ -329,7 +303,7 @@ def test_missing_judge_fails_in_one_line(tmp_path, capsys):
 def test_grpo_self_play_debaters_before_a_model_judge(tmp_path, monkeypatch):
     """The learner in both debater seats, a frozen model (playpen-tiny) as the judge (teacher_seats: [2]), on
     freshly generated train passages without pinned partners; GRPO trains seat A on the judge's preference."""
-    from playpen.games.debate.records import episodes_under
+    from playpen.debate.records import episodes_under
     from playpen.registry import resolve_model
     from playpen.train import train
 
@@ -364,7 +338,7 @@ def test_dpo_on_consultancy_judge_preferences(tmp_path, monkeypatch):
 def test_grpo_with_the_programmatic_teacher_in_chosen_seats(tmp_path, monkeypatch):
     """teacher: programmatic puts the built-in game's experts in teacher_seats: here the expert Debater B and the
     programmatic judge, on generated train passages that pin no seat."""
-    from playpen.games.debate.records import episodes_under
+    from playpen.debate.records import episodes_under
     from playpen.train import train
 
     monkeypatch.chdir(tmp_path)

@@ -18,7 +18,6 @@ from playpen.models.tiny import ensure_tiny_model
 FAST = ["--instances", "2", "-L", "24"]
 
 
-@pytest.fixture(scope="module")
 def tiny():
     return ensure_tiny_model()
 

@@ -182,7 +182,7 @@ def test_instances_that_cannot_be_played(data, message):
 def test_one_process_per_tournament_match(tmp_path):
     """Two processes on one match would write the same episode folders: the second stops in one line."""
     from playpen.config import load_config
-    from playpen.games.debate import tournament
+    from playpen.debate import tournament
     from playpen.storage import exclusive_folder
 
     cfg = load_config(tournament.TournamentConfig, Path(__file__).parents[1] / "configs/debate/tournament_tiny.yaml",

@@ -6,7 +6,6 @@ Every bad input is checked the same way: the exit code, one `playpen: error: ...
 already on disk byte-for-byte as they were. Training runs are playpen-tiny for 2 steps (seconds each)."""
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import socket
@@ -20,25 +19,9 @@ from playpen.cli import main
 from playpen.errors import PlaypenError
 from playpen.storage import exclusive_folder
 from tests.paths import CLEMBENCH_SAMPLE
+from tests.conftest import refused, snapshot
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    """Every file (its content hash) and folder under `folder`."""
-    return {str(p.relative_to(folder)): hashlib.sha1(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-            for p in sorted(folder.rglob("*"))}
-
-
-def refused(capsys, argv: list[str], *unchanged: Path) -> str:
-    """Run the command; it must exit 2 with one error line and leave `unchanged` folders/files as they were."""
-    before = [snapshot(p) if p.is_dir() else p.read_bytes() for p in unchanged]
-    capsys.readouterr()
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("playpen: error: ") and "\n" not in err, err
-    assert [snapshot(p) if p.is_dir() else p.read_bytes() for p in unchanged] == before
-    return err
 
 
 @pytest.fixture

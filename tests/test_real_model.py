@@ -20,6 +20,7 @@ from playpen.models import ensure_packaged_weights
 from playpen.models.smol import CONVERSION_VERSION, MARKER, WEIGHTS, ensure_smol_model, gguf_file, is_converted
 from playpen.registry import SMOL_MODEL, resolve_model
 from playpen.storage import read_jsonl
+from tests.conftest import train
 
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -162,18 +163,6 @@ def test_eval_smol_135m_offline(smol, no_hub_cache, tmp_path):
     replies = [event["action"]["content"] for path in (results / SMOL_MODEL / "wordle").rglob("interactions.json")
                for turn in json.loads(path.read_text())["turns"] for event in turn if event["from"] == "Player 1"]
     assert replies and all(isinstance(r, str) and r.strip() and "<|im_end|>" not in r for r in replies)
-
-
-@pytest.fixture
-def storage(tmp_path, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    return tmp_path / "runs"
-
-
-def train(method: str, storage: Path, *overrides: str):
-    from playpen.train import train as run
-
-    return run(method, None, [f"storage_root={storage}", *overrides])
 
 
 WORDS = ["apple", "crane", "slate", "house"]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from playpen.storage import read_jsonl
+from tests.conftest import fails, train
 
 POSITIVE = ["I love it, a kind friend", "sweet and nice", "the best party", "a great smile"]
 NEGATIVE = ["sad and sick", "a terrible problem", "mad and ill", "the worst fire"]
@@ -28,12 +29,6 @@ def files(tmp_path_factory) -> dict:
     prompts = [{"prompt": "Describe a house."}, {"prompt": [{"role": "user", "content": "Describe a tree."}]}]
     return {"labelled": str(write_jsonl(folder / "labelled.jsonl", labelled)),
             "prompts": str(write_jsonl(folder / "prompts.jsonl", prompts)), "folder": folder}
-
-
-def train(method: str, storage: Path, *overrides: str):
-    from playpen.train import train as run
-
-    return run(method, None, [f"storage_root={storage}", "cpu_threads=1", *overrides])
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +83,7 @@ def test_reward_model_from_branched_game_records(tmp_path, monkeypatch):
 
     from playpen.games.instances import load_instances
     from playpen.rollout import LocalPolicy, RolloutEngine
-    from playpen.train.modeling import load_tokenizer, resolve_model_spec
+    from playpen.models.modeling import load_tokenizer, resolve_model_spec
 
     monkeypatch.chdir(tmp_path)
     path = resolve_model_spec("playpen-tiny")["huggingface_id"]
@@ -183,7 +178,7 @@ def classifiers(tmp_path_factory) -> dict:
     its embeddings lack (saved from a tokenizer with added tokens)."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    from playpen.train.modeling import load_tokenizer, resolve_model_spec
+    from playpen.models.modeling import load_tokenizer, resolve_model_spec
 
     folder = tmp_path_factory.mktemp("classifiers")
     base = resolve_model_spec("playpen-tiny")["huggingface_id"]
@@ -197,16 +192,6 @@ def classifiers(tmp_path_factory) -> dict:
             tokenizer.add_tokens([f"<extra_{i}>" for i in range(600)])
         tokenizer.save_pretrained(folder / name)
     return {name: str(folder / name) for name in ("multi", "foreign")}
-
-
-def fails(capsys, storage: Path, argv: list[str]) -> str:
-    from playpen.cli import main
-
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("playpen: error: ") and "\n" not in err, err
-    assert not storage.exists() or not any(storage.iterdir()), list(storage.rglob("*"))
-    return err
 
 
 def meter_args(files, storage, *extra) -> list[str]:
@@ -252,7 +237,7 @@ def test_bad_input_is_one_line_before_anything_is_written(capsys, tmp_path, file
         (["train", "reward", "experiment=x", f"storage_root={storage}"], "set exactly one of data"),
     ]
     for argv, message in cases:
-        assert message in fails(capsys, storage, argv), argv
+        assert message in fails(capsys, argv, storage, nothing_at_all=True), argv
 
 
 def test_meter_command_is_light_at_import():

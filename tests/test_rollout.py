@@ -15,37 +15,14 @@ import pytest
 import torch
 
 from playpen.errors import PlaypenError
-from playpen.models.tiny import ensure_tiny_model
 from playpen.games.instances import load_instances
 from playpen.rollout import Episode, LocalPolicy, RolloutEngine, preference_pairs
 from playpen.rollout.episode import BranchInfo
 from playpen.rollout.generation import Sequence, generate
 from playpen.rollout.records import EpisodeRecord, RecordWriter
+from tests.conftest import engine
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    """One thread, as clemcore's huggingface backend runs: on a shared 2-core machine the tiny model's many
-    small ops are many times slower with two threads competing for cores with other jobs."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    path = ensure_tiny_model()
-    yield AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def policy(tiny):
-    return LocalPolicy(*tiny, name="playpen-tiny")
-
-
-def engine(policy, **kw) -> RolloutEngine:
-    return RolloutEngine(policy, **{"max_new_tokens": 12, "temperature": 0.0, "batch_size": 8,
-                                    "progress": False, **kw})
 
 
 def assert_trace_invariant(tokenizer, trace, exact_tokens: bool):
@@ -63,13 +40,13 @@ def assert_trace_invariant(tokenizer, trace, exact_tokens: bool):
 # ---------------------------------------------------------------- generation
 
 
-def test_batched_cached_waves_sample_with_exact_logprobs(tiny, monkeypatch):
+def test_batched_cached_waves_sample_with_exact_logprobs(tiny_model, monkeypatch):
     """Ragged rows, several turns, rows finishing at different steps (compaction), a shared prompt prefix encoded
     once, fresh prompts joining running rows (encoded apart first): every sampled token's logprob equals a plain
     full forward over the final sequence, so cache reuse changes nothing."""
     from playpen.rollout import kvcache
 
-    model, tokenizer = tiny
+    model, tokenizer = tiny_model
     policy = LocalPolicy(model, tokenizer, name="t")
     policy.stop_ids = sorted(set(policy.stop_ids) | set(tokenizer.encode("S E")))  # rows stop at varied steps
     prefilled, shared = [], []
@@ -107,8 +84,8 @@ def test_batched_cached_waves_sample_with_exact_logprobs(tiny, monkeypatch):
     assert worst < 1e-4
 
 
-def test_greedy_waves_equal_hf_generate_with_and_without_cache(policy, tiny):
-    model, _ = tiny
+def test_greedy_waves_equal_hf_generate_with_and_without_cache(policy, tiny_model):
+    model, _ = tiny_model
     prompts = [[{"role": "user", "content": "Let us play. " * (1 + i % 3) + f"Round {i}."}] for i in range(5)]
     cached = [Sequence(policy.encode(policy.render(p, True))) for p in prompts]
     plain = [s.copy() for s in cached]
@@ -132,8 +109,8 @@ def test_greedy_waves_equal_hf_generate_with_and_without_cache(policy, tiny):
 # ---------------------------------------------------------------- play
 
 
-def test_play_wordle_returns_contract_episodes(policy, tiny):
-    _, tokenizer = tiny
+def test_play_wordle_returns_contract_episodes(policy, tiny_model):
+    _, tokenizer = tiny_model
     instances = load_instances("wordle", "validation", limit=3)
     episodes = engine(policy).play("wordle", instances, group_size=2)
     assert [(e.game_id, e.group_index) for e in episodes] == \
@@ -155,13 +132,13 @@ def test_play_wordle_returns_contract_episodes(policy, tiny):
 
 
 @pytest.mark.parametrize("shout", [False, True], ids=["verbatim-template", "template-rewrites-user-text"])
-def test_kept_template_suffixes_equal_full_renders(tiny, shout):
+def test_kept_template_suffixes_equal_full_renders(tiny_model, shout):
     """suffix_after_reply keeps a suffix per role sequence with a placeholder for the next message; whatever it
     returns must equal rendering the whole conversation, also for texts with edge whitespace and for a template
     that rewrites user text (there the check fails once and every later call renders)."""
     import copy
 
-    model, tokenizer = tiny
+    model, tokenizer = tiny_model
     if shout:
         tokenizer = copy.deepcopy(tokenizer)
         tokenizer.chat_template = tokenizer.chat_template.replace(
@@ -181,10 +158,10 @@ def test_kept_template_suffixes_equal_full_renders(tiny, shout):
     assert with_text and all(v is None for v in with_text) if shout else all(kept._suffixes.values())
 
 
-def test_play_restores_training_mode_and_works_on_peft_models(tiny):
+def test_play_restores_training_mode_and_works_on_peft_models(tiny_model):
     from peft import LoraConfig, get_peft_model
 
-    model, tokenizer = tiny
+    model, tokenizer = tiny_model
     peft_model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     try:
         peft_model.train()
@@ -198,8 +175,8 @@ def test_play_restores_training_mode_and_works_on_peft_models(tiny):
         model.eval()
 
 
-def test_taboo_self_play_traces_both_seats(policy, tiny):
-    _, tokenizer = tiny
+def test_taboo_self_play_traces_both_seats(policy, tiny_model):
+    _, tokenizer = tiny_model
     episodes = engine(policy).play("taboo", load_instances("taboo", "validation", limit=2))
     for episode in episodes:
         assert [t.player for t in episode.traces] == ["Player 1", "Player 2"]
@@ -209,10 +186,10 @@ def test_taboo_self_play_traces_both_seats(policy, tiny):
             assert trace.prompt_ids and (trace.learner_turns > 0 or not any(trace.env_mask))
 
 
-def test_taboo_with_expert_teacher_puts_partner_messages_in_env_tokens(policy, tiny, tmp_path):
+def test_taboo_with_expert_teacher_puts_partner_messages_in_env_tokens(policy, tiny_model, tmp_path):
     from playpen.games import expert_model
 
-    _, tokenizer = tiny
+    _, tokenizer = tiny_model
     eng = engine(policy, teacher=expert_model(seed=1), learner_seat=1)  # learner guesses, expert describes
     episodes = eng.play("taboo", load_instances("taboo", "validation", limit=3), records_dir=tmp_path)
     for episode in episodes:
@@ -226,9 +203,9 @@ def test_taboo_with_expert_teacher_puts_partner_messages_in_env_tokens(policy, t
     assert "CLUE" in env_text
 
 
-def test_local_policy_teacher_plays_the_partner_seat(policy, tiny, tmp_path):
-    _, tokenizer = tiny
-    teacher = LocalPolicy(*tiny, name="tiny-teacher")
+def test_local_policy_teacher_plays_the_partner_seat(policy, tiny_model, tmp_path):
+    _, tokenizer = tiny_model
+    teacher = LocalPolicy(*tiny_model, name="tiny-teacher")
     episodes = engine(policy, teacher=teacher, teacher_temperature=0.0).play(
         "taboo", load_instances("taboo", "validation", limit=2), records_dir=tmp_path, records_tag="t")
     for episode in episodes:
@@ -301,8 +278,8 @@ def test_progress_bar_is_quiet_without_a_tty(policy, capfd):
 # ---------------------------------------------------------------- branching
 
 
-def test_branches_share_a_prefix_and_give_preference_pairs(policy, tiny):
-    _, tokenizer = tiny
+def test_branches_share_a_prefix_and_give_preference_pairs(policy, tiny_model):
+    _, tokenizer = tiny_model
     eng = engine(policy, temperature=1.5, seed=7, max_new_tokens=10)
     episodes = eng.branch("wordle", load_instances("wordle", "train", limit=4), branch_factor=3, branch_turn=0)
     roots = [e for e in episodes if e.branch and e.branch.index == 0]
@@ -360,7 +337,7 @@ def test_invalid_instances_are_one_clear_error(policy, tmp_path, monkeypatch):
         engine(policy).play("arithmetic", [({"name": "x"}, {"game_id": 1})])
 
 
-def test_context_overflow_ends_the_episode_not_the_run(policy, tiny, monkeypatch):
+def test_context_overflow_ends_the_episode_not_the_run(policy, tiny_model, monkeypatch):
     monkeypatch.setattr(type(policy), "max_positions", property(lambda self: 300))
     episodes = engine(policy).play("wordle", load_instances("wordle", "validation", limit=2))
     for episode in episodes:

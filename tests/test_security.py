@@ -183,10 +183,9 @@ def test_a_model_name_from_a_registry_cannot_leave_the_results_folder(capsys, wo
 
 @pytest.mark.parametrize("value", ["../../x", "/tmp/x", "..", "a\nb"])
 def test_tournament_and_sweep_names_stay_under_their_folder(capsys, work, value):
-    from playpen.games.debate.tournament import main as tournament
-
     before = snapshot(work)
-    assert tournament([str(CONFIGS / "debate" / "tournament_tiny.yaml"), f"name={json.dumps(value)}"]) == 2
+    config = str(CONFIGS / "debate" / "tournament_tiny.yaml")
+    assert main(["debate", "tournament", config, f"name={json.dumps(value)}"]) == 2
     assert "name: " in capsys.readouterr().err and snapshot(work) == before
     refused(capsys, ["sweep", "--config", str(CONFIGS / "sweeps" / "tiny.yaml"), "--dry-run",
                      f"name={json.dumps(value)}"], work)

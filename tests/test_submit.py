@@ -161,11 +161,12 @@ def test_without_config_the_embedded_default_is_submitted(tmp_path):
     """The card's own command: `python -m playpen.submit grpo --nodes 2` takes the demo config and says so."""
     proc = run_cli("grpo", "--nodes", "2", "--dry-run", f"storage_root={tmp_path / 'runs'}")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.strip() == f"playpen: no --config: submitting the default {REPO / 'configs/grpo/demo.yaml'}"
+    default = REPO / "playpen" / "configs" / "grpo" / "demo.yaml"  # the packaged copy of configs/grpo/demo.yaml
+    assert proc.stderr.strip() == f"playpen: no --config: submitting the default {default}"
     assert "#SBATCH --nodes=2" in proc.stdout and "grpo-demo" in proc.stdout
     for command, default in (("sft", "sft/tiny_lora.yaml"), ("eval", "eval/tiny.yaml")):
         proc = run_cli(command, "--dry-run", f"storage_root={tmp_path / 'runs'}")
-        assert proc.returncode == 0 and str(REPO / "configs" / default) in proc.stderr, proc.stderr
+        assert proc.returncode == 0 and str(REPO / "playpen" / "configs" / default) in proc.stderr, proc.stderr
     assert not (tmp_path / "runs").exists()
 
 

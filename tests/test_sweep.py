@@ -22,7 +22,6 @@ from playpen.models.tiny import ensure_tiny_model
 from playpen.registry import resolve_model
 
 
-@pytest.fixture(scope="module")
 def tiny() -> Path:
     return ensure_tiny_model()
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from playpen.storage import read_jsonl
+from tests.conftest import fails, train
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = ["apple", "crane", "slate", "house", "table", "plant", "light", "sound"]
@@ -36,18 +37,6 @@ def data(tmp_path_factory) -> dict:
             f.write(json.dumps({"prompt": prompt, "chosen": chosen,
                                 "rejected": [{"role": "assistant", "content": "maybe a word"}]}) + "\n")
     return {"sft": str(sft), "prefs": str(prefs)}
-
-
-@pytest.fixture
-def storage(tmp_path, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    return tmp_path / "runs"
-
-
-def train(method: str, storage: Path, *overrides: str):
-    from playpen.train import train as run
-
-    return run(method, None, [f"storage_root={storage}", "cpu_threads=1", *overrides])
 
 
 def losses(run) -> list[tuple[int, float]]:
@@ -208,16 +197,6 @@ def test_playpen_run_loads_the_first_trainer_class(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- bad input: one line, nothing written
 
-def fails(capsys, storage: Path, argv: list[str]) -> str:
-    from playpen.cli import main
-
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("playpen: error: ") and "\n" not in err, err
-    assert not storage.exists() or not any(p.is_dir() for p in storage.rglob("*")), list(storage.rglob("*"))
-    return err
-
-
 @pytest.mark.parametrize("argv, message", [
     (["train", "ppo"], "unknown method 'ppo'; choose one of: sft, dpo, grpo"),
     (["train", "sft", "experiment=x", "data=missing.jsonl"], "data file missing.jsonl not found"),
@@ -234,13 +213,13 @@ def fails(capsys, storage: Path, argv: list[str]) -> str:
 ])
 def test_bad_input_is_one_line(capsys, storage, monkeypatch, tmp_path, argv, message):
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.clemcore/key.json
-    err = fails(capsys, storage, [*argv, f"storage_root={storage}"] if len(argv) > 2 else argv)
+    err = fails(capsys, [*argv, f"storage_root={storage}"] if len(argv) > 2 else argv, storage)
     assert message in err, err
 
 
 def test_missing_lora_target_modules(capsys, storage, data):
-    err = fails(capsys, storage, ["train", "sft", "experiment=x", f"data={data['sft']}",
-                                  "lora.target_modules=[q_proj,attn_out]", f"storage_root={storage}"])
+    err = fails(capsys, ["train", "sft", "experiment=x", f"data={data['sft']}",
+                         "lora.target_modules=[q_proj,attn_out]", f"storage_root={storage}"], storage)
     assert "lora.target_modules attn_out not found in the model; its linear layers are:" in err
     assert "q_proj" in err.split("layers are:")[1]
 
@@ -248,8 +227,8 @@ def test_missing_lora_target_modules(capsys, storage, data):
 def test_4bit_without_a_working_bitsandbytes(capsys, storage, data, monkeypatch):
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # import fails as on a machine without it
     monkeypatch.setitem(sys.modules, "bitsandbytes.functional", None)
-    err = fails(capsys, storage, ["train", "sft", "experiment=x", f"data={data['sft']}", "quantization=4bit",
-                                  f"storage_root={storage}"])
+    err = fails(capsys, ["train", "sft", "experiment=x", f"data={data['sft']}", "quantization=4bit",
+                         f"storage_root={storage}"], storage)
     assert "quantization: 4bit needs bitsandbytes, which cannot load here" in err
 
 

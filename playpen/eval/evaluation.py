@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from playpen.defaults import BATCH_SIZE, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
 from playpen.eval.clemlog import clemcore_log, library_bars
 from playpen.eval.model_specs import model_folder, resolve_eval_model
@@ -27,11 +28,8 @@ from playpen.games.instances import instances_file, read_instances, spread
 from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
 from playpen.registry import check_remote_key
 from playpen.storage import (atomic_write_json, check_location, exclusive_folder, move_tree, not_a_link, path_under,
-                             remove_tree)
+                             remove_tree, timestamp)
 
-DEFAULT_MAX_TOKENS = 300
-DEFAULT_TEMPERATURE = 0.0
-DEFAULT_BATCH_SIZE = 8
 DEFAULT_RESULTS_ROOT = "playpen-eval"
 PLAYERS = ("auto", "engine", "clemcore")
 VAL_SUFFIX = ".val.json"
@@ -227,9 +225,9 @@ def write_val_json(results_dir: Path, spec: dict, extra: dict | None = None) -> 
 # ---------------------------------------------------------------- the command
 
 def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str | Path | None = None,
-             skip_gameplay: bool = False, suite: str = "all", max_tokens: int = DEFAULT_MAX_TOKENS,
-             temperature: float = DEFAULT_TEMPERATURE, instances: int | None = None,
-             batch_size: int = DEFAULT_BATCH_SIZE, instance_set: str = "validation", player: str = "auto",
+             skip_gameplay: bool = False, suite: str = "all", max_tokens: int = MAX_NEW_TOKENS,
+             temperature: float = TEMPERATURE, instances: int | None = None,
+             batch_size: int = BATCH_SIZE, instance_set: str = "validation", player: str = "auto",
              seed: int = 0, verbose: bool = False, log=None) -> dict:
     """Play (unless skip_gameplay), score, and write `<results_dir>/<model>.val.json` + results.csv/html.
 
@@ -250,7 +248,7 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
     check_remote_key(spec, "model")  # an API model without its key.json entry: one line, before anything runs
     folder = model_folder(spec)
     results = Path(check_location(str(results_dir), "-r")) if results_dir else \
-        Path(DEFAULT_RESULTS_ROOT) / time.strftime("%Y%m%d-%H%M%S")
+        Path(DEFAULT_RESULTS_ROOT) / timestamp()
     not_a_link(results, "results folder")
     if results.exists() and not results.is_dir():
         raise PlaypenError(f"results dir {results} is a file; give a folder with -r")

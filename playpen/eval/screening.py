@@ -49,7 +49,7 @@ def screen(model: str, game: str, output: str | Path, split: str = "train", samp
     from playpen.games.instances import load_instances
     from playpen.rollout import RolloutEngine
     from playpen.storage import atomic_write_json, not_a_link
-    from playpen.train.modeling import resolve_model_spec
+    from playpen.models.modeling import resolve_model_spec
     from playpen.train.players import frozen_policy
 
     if samples < 2 or temperature <= 0:

@@ -31,7 +31,7 @@ from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.eval.cells import (CELLS_DIR, RESULT_FILE, STATE_FILE, STATES, SWEEP_FILE, Cell,  # noqa: F401
                                 _read, cell_state, headline, run_cell)
-from playpen.eval.cli import EVAL_BOUNDS
+from playpen.defaults import BATCH_SIZE, EVAL_BOUNDS, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.storage import (DEFAULT_STORAGE, STORAGE_ENV, Location, Name, atomic_write_json, check_name,
                              checkpoint_step, checkpoints_in, not_a_link, path_under)
 
@@ -63,9 +63,9 @@ class SweepConfig:
     instances: str = "validation"
     # generation settings of every cell: evaluate()'s arguments, in the same ranges
     max_instances: int | None = EVAL_BOUNDS["instances"].field(None)  # per game, spread over experiments (None: all)
-    max_tokens: int = EVAL_BOUNDS["max_tokens"].field(300)
-    temperature: float = EVAL_BOUNDS["temperature"].field(0.0)
-    batch_size: int = EVAL_BOUNDS["batch_size"].field(8)
+    max_tokens: int = EVAL_BOUNDS["max_tokens"].field(MAX_NEW_TOKENS)
+    temperature: float = EVAL_BOUNDS["temperature"].field(TEMPERATURE)
+    batch_size: int = EVAL_BOUNDS["batch_size"].field(BATCH_SIZE)
     player: str = "auto"  # auto (rollout engine for local HF models, else clemcore's runner) | engine | clemcore
     # playpen meter on every model too: each entry its flags (classifier, prompts, samples, label, max_new_tokens,
     # temperature, threshold, limit, seed, batch_size) and an optional name (default <classifier>-<prompts stem>)
@@ -342,24 +342,17 @@ def run_local(sweep: Sweep | str | Path, overrides: list[str] = (), log=None) ->
     return {"ran": ran, "failed": failed, "aggregate": aggregate(sweep.dir)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """python -m playpen.eval.sweep CONFIG [key=value ...] | --status DIR | --aggregate DIR (local, no SLURM)."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m playpen.eval.sweep", description=main.__doc__)
+def add_arguments(parser) -> None:
     parser.add_argument("config", nargs="?", help="sweep YAML (runs the pending cells here, one by one)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the sweep file")
     parser.add_argument("--status", metavar="SWEEP_DIR")
     parser.add_argument("--aggregate", metavar="SWEEP_DIR")
-    args = parser.parse_args(argv)
+
+
+def main(args) -> int:
+    """playpen sweep-local CONFIG [key=value ...] | --status DIR | --aggregate DIR (here, no SLURM)."""
     if not (args.status or args.aggregate or args.config):
-        parser.error("give a sweep config, --status DIR or --aggregate DIR")
-    from playpen.cli import guarded
-
-    return guarded(_run_main, args)
-
-
-def _run_main(args) -> int:
+        raise PlaypenError("give a sweep config, --status DIR or --aggregate DIR")
     if args.status:
         print(format_status(status(args.status)))
     elif args.aggregate:
@@ -371,5 +364,7 @@ def _run_main(args) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m playpen.eval.sweep: an alias of `playpen sweep-local`
+    from playpen.errors import run_command
+
+    sys.exit(run_command("playpen sweep-local", add_arguments, main, description=main.__doc__))

@@ -39,7 +39,7 @@ MARKER = "playpen_conversion.json"
 WEIGHTS = "model.safetensors"
 # bf16, like the hub release: half the disk of float32, and on CPUs with AVX512-BF16 clemcore's loader
 # (dtype "auto") prefills 2.6x faster in it (measured: 8x300 tokens 2.95 s vs 7.64 s on 2 cores). Trainers load
-# float32 on CPU anyway (playpen.train.modeling.model_dtype). The rounding is far below the Q4_1 quantization step.
+# float32 on CPU anyway (playpen.models.modeling.model_dtype). The rounding is far below the Q4_1 quantization step.
 SAVE_DTYPE = "bfloat16"
 # The GGUF's ChatML template with {% generation %} around what the assistant says, so TRL's assistant_only_loss
 # (playpen's SFT) can mask prompts; it renders exactly the same text (checked at conversion and in the tests).

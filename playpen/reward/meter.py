@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from playpen.errors import PlaypenError
-from playpen.storage import check_location, exclusive_folder, not_a_link, slug
+from playpen.storage import check_location, exclusive_folder, not_a_link, slug, timestamp
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,8 +63,8 @@ def check_settings(args: argparse.Namespace):
     return read_prompts(args.prompts, "--prompts", "prompts", args.limit), resolve_scorer(args.classifier, args.label)
 
 
-def _check(args: argparse.Namespace):
-    from playpen.train.modeling import resolve_model_spec
+def check_inputs(args: argparse.Namespace):
+    from playpen.models.modeling import resolve_model_spec
 
     prompts, scorer = check_settings(args)
     models = [args.model] + ([args.compare] if args.compare else [])
@@ -93,7 +93,8 @@ def generate(spec: dict, prompts: list[list[dict]], samples: int, max_new_tokens
     """(prompt index, sample index, completion) for every prompt x sample, sampled in batches."""
     import torch
 
-    from playpen.train import distributed, modeling
+    from playpen import distributed
+    from playpen.models import modeling
 
     tokenizer = modeling.load_tokenizer(spec["huggingface_id"])
     tokenizer.padding_side = "left"
@@ -195,8 +196,8 @@ def plot_histogram(results: list[tuple[str, list[float], dict]], out: Path, titl
 
 
 def meter(args: argparse.Namespace) -> Path:
-    prompts, models, scorer_spec = _check(args)  # nothing loaded or written before this passed
-    folder = not_a_link(args.output or Path("playpen-meter") / time.strftime("%Y-%m-%dT%H-%M-%S"), "--output")
+    prompts, models, scorer_spec = check_inputs(args)  # nothing loaded or written before this passed
+    folder = not_a_link(args.output or Path("playpen-meter") / timestamp(), "--output")
     # one meter per folder at a time, as for eval's -r: two would overwrite each other's CSVs and summaries
     with exclusive_folder(folder, f"meter folder {folder} is in use by another playpen meter",
                           "wait for it to end, or pick another -o"):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.reward.prompts import as_messages
-from playpen.train import data_files
+from playpen import data_files
 
 
 def _side_problem(value, name: str) -> str | None:

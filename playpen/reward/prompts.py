@@ -1,11 +1,11 @@
 """The prompts jsonl that `playpen meter` generates from and GRPO trains on (`prompts:`): single-turn generation.
 
 One row per line, {"prompt": "text"} or {"prompt": [chat messages ending with a user turn]}; blank lines are
-skipped. Every problem is one line naming the file and line number (via playpen.train.data_files.read_jsonl_rows).
+skipped. Every problem is one line naming the file and line number (via playpen.data_files.read_jsonl_rows).
 """
 from __future__ import annotations
 
-from playpen.train import data_files
+from playpen import data_files
 
 
 def _row_problem(row: dict) -> str | None:

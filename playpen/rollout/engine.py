@@ -30,7 +30,6 @@ import random
 import sys
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
 
 import torch
 from clemcore import backends
@@ -43,6 +42,7 @@ from playpen.rollout.episode import (GAME_ENDED_CONTEXT, BranchInfo, Conversatio
 from playpen.rollout.generation import generate
 from playpen.games.instances import game_entry, load_benchmark, normalize
 from playpen.rollout.policy import LocalPolicy, PolicyModel, clean_reply, model_identifier
+from playpen.rollout.live import Job, LiveEpisode, PlaySession, Snapshot
 from playpen.rollout.records import EpisodeRecord, RecordWriter, preferred_name
 
 # clemcore's recorder reads clemcore's version from the package metadata for every episode (~1 ms, 2 % of a
@@ -50,55 +50,6 @@ from playpen.rollout.records import EpisodeRecord, RecordWriter, preferred_name
 clemcore_recorder.get_version = functools.cache(clemcore_recorder.get_version)
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Job:
-    experiment: dict
-    instance: dict
-    group_index: int = 0
-    branch: BranchInfo | None = None
-    snapshot: "_Snapshot | None" = None
-
-
-@dataclass
-class _Snapshot:
-    """A live episode just before a learner reply (for branching): game master, conversations, step infos."""
-    gm: object
-    convs: dict
-    step_infos: list
-    turn: int
-
-
-@dataclass
-class _Live:
-    index: int
-    job: _Job
-    gm: object
-    recorder: GameInteractionsRecorder
-    uid: str
-    convs: dict = field(default_factory=dict)
-    step_infos: list = field(default_factory=list)
-    snapshots: list | None = None
-    done: bool = False
-    error: str | None = None
-
-    def fail(self, message: str) -> None:
-        self.error, self.done = message, True
-
-
-@dataclass
-class _Session:
-    game: str
-    bench: object
-    seats: list  # clemcore models in seat order (before clemcore's automatic expansion)
-    models_id: str
-    infos: dict
-    writer: RecordWriter | None
-    progress: object
-    snapshot_turn: int | None | str = None  # "all" for random branch turns, an int, or None (no snapshots)
-    snapshots: dict = field(default_factory=dict)  # job index -> snapshots of that episode (branching only)
-    prefix_caches: dict = field(default_factory=dict)  # per policy: shared prompt prefix (see generation.py)
 
 
 class RolloutEngine:
@@ -132,7 +83,7 @@ class RolloutEngine:
         if group_size < 1:
             raise PlaypenError(f"group_size must be >= 1 (got {group_size})")
         session = self._session(game, records_dir, records_tag)
-        jobs = [_Job(e, i, g) for e, i in normalize(instances) for g in range(group_size)]
+        jobs = [Job(e, i, g) for e, i in normalize(instances) for g in range(group_size)]
         try:
             return self._run(session, jobs, total=len(jobs))
         finally:
@@ -155,7 +106,7 @@ class RolloutEngine:
             raise PlaypenError(f"branch_factor must be >= 2 (got {branch_factor})")
         session = self._session(game, records_dir, records_tag)
         session.snapshot_turn = "all" if branch_turn is None else int(branch_turn)
-        roots_in = [_Job(e, i) for e, i in normalize(instances)]
+        roots_in = [Job(e, i) for e, i in normalize(instances)]
         try:
             roots = self._run(session, roots_in, total=len(roots_in) * branch_factor)
             jobs = []
@@ -168,7 +119,7 @@ class RolloutEngine:
                 if snap is None:
                     continue  # the traced seat never replied (or not that often): nothing to branch
                 root.branch = BranchInfo(root.uid, snap.turn, 0)
-                jobs += [_Job(job.experiment, job.instance, 0, BranchInfo(root.uid, snap.turn, b), snap)
+                jobs += [Job(job.experiment, job.instance, 0, BranchInfo(root.uid, snap.turn, b), snap)
                          for b in range(1, branch_factor)]
             session.snapshot_turn = None
             session.snapshots.clear()
@@ -203,7 +154,7 @@ class RolloutEngine:
         raise PlaypenError(f"teacher must be None, a LocalPolicy, a clemcore Model or a model name "
                            f"(got {type(teacher).__name__})")
 
-    def _session(self, game, records_dir, records_tag) -> _Session:
+    def _session(self, game, records_dir, records_tag) -> PlaySession:
         entry = game_entry(game)
         bench = load_benchmark(entry)
         players = int(entry.spec.get("players", 1) or 1)
@@ -227,9 +178,9 @@ class RolloutEngine:
             from tqdm import tqdm
 
             progress = tqdm(total=0, desc=f"{entry.name}", unit="ep", dynamic_ncols=True, leave=False)
-        return _Session(entry.name, bench, seats, models_id, infos, writer, progress)
+        return PlaySession(entry.name, bench, seats, models_id, infos, writer, progress)
 
-    def _close(self, session: _Session, wait: bool = True) -> None:
+    def _close(self, session: PlaySession, wait: bool = True) -> None:
         if session.progress is not None:
             session.progress.close()
         if session.writer is not None:
@@ -240,13 +191,13 @@ class RolloutEngine:
 
     # ------------------------------------------------------------ scheduling
 
-    def _run(self, session: _Session, jobs: list[_Job], total: int) -> list[Episode]:
+    def _run(self, session: PlaySession, jobs: list[Job], total: int) -> list[Episode]:
         if session.progress is not None and session.progress.total < total:
             session.progress.total = total
             session.progress.refresh()
         results: list[Episode | None] = [None] * len(jobs)
         pending = deque(enumerate(jobs))
-        live: list[_Live] = []
+        live: list[LiveEpisode] = []
         while pending or live:
             while pending and len(live) < self.batch_size:
                 index, job = pending.popleft()
@@ -259,7 +210,7 @@ class RolloutEngine:
                 live = [item for item in live if not item.done]
                 if pending:
                     continue  # refill the freed slots before the next wave
-            waves: dict[int, tuple[LocalPolicy, list[_Live]]] = {}
+            waves: dict[int, tuple[LocalPolicy, list[LiveEpisode]]] = {}
             for item in live:
                 policy = item.gm.current_player.model.policy
                 waves.setdefault(id(policy), (policy, []))[1].append(item)
@@ -267,11 +218,11 @@ class RolloutEngine:
                 self._wave(session, policy, group)
         return results
 
-    def _start(self, session: _Session, index: int, job: _Job) -> _Live:
+    def _start(self, session: PlaySession, index: int, job: Job) -> LiveEpisode:
         if job.snapshot is not None:
             snap = self._copy_snapshot(session, job.snapshot)
             recorder = next(x for x in snap.gm._loggers if isinstance(x, GameInteractionsRecorder))
-            return _Live(index, job, snap.gm, recorder, uuid.uuid4().hex[:12], snap.convs, snap.step_infos)
+            return LiveEpisode(index, job, snap.gm, recorder, uuid.uuid4().hex[:12], snap.convs, snap.step_infos)
         experiment, instance = job.experiment, job.instance
         where = f"{session.game}: experiment '{experiment['name']}' instance {instance['game_id']}"
         try:
@@ -284,7 +235,7 @@ class RolloutEngine:
         for player in gm.get_players():
             recorder.log_player(player.name, player.game_role, player.model.name)
         gm.register(recorder)
-        item = _Live(index, job, gm, recorder, uuid.uuid4().hex[:12])
+        item = LiveEpisode(index, job, gm, recorder, uuid.uuid4().hex[:12])
         if session.snapshot_turn is not None:
             item.snapshots = []
         try:
@@ -296,7 +247,7 @@ class RolloutEngine:
     def _is_learner(self, player) -> bool:
         return isinstance(player.model, PolicyModel) and player.model.policy is self.learner
 
-    def _answer_others(self, live: list[_Live]) -> None:
+    def _answer_others(self, live: list[LiveEpisode]) -> None:
         """Let non-policy seats (programmatic players, clemcore models) answer until every live episode waits
         for a local policy or has ended. Batchable models answer all their pending turns in one call."""
         while True:
@@ -327,7 +278,7 @@ class RolloutEngine:
                     continue
                 self._step(x, response)
 
-    def _step(self, item: _Live, response: str) -> None:
+    def _step(self, item: LiveEpisode, response: str) -> None:
         try:
             done, info = item.gm.step(response)
         except Exception as e:  # noqa: BLE001 - a game crashing on some response ends that episode only
@@ -338,7 +289,7 @@ class RolloutEngine:
         if done:
             item.done = True
 
-    def _wave(self, session: _Session, policy: LocalPolicy, group: list[_Live]) -> None:
+    def _wave(self, session: PlaySession, policy: LocalPolicy, group: list[LiveEpisode]) -> None:
         seqs, convs, players = [], [], []
         for item in group:
             player = item.gm.current_player
@@ -376,7 +327,7 @@ class RolloutEngine:
             self._generators[id(policy)] = torch.Generator(device=policy.device).manual_seed(self._seed + offset)
         return self._generators[id(policy)]
 
-    def _traced(self, item: _Live) -> str | None:
+    def _traced(self, item: LiveEpisode) -> str | None:
         for player in item.gm.get_players():
             if self._is_learner(player):
                 return player.name
@@ -384,17 +335,18 @@ class RolloutEngine:
 
     # ------------------------------------------------------------ branching support
 
-    def _take_snapshot(self, session: _Session, item: _Live, turn: int) -> _Snapshot:
+    def _take_snapshot(self, session: PlaySession, item: LiveEpisode, turn: int) -> Snapshot:
         memo = {id(m): m for m in session.seats}
-        return _Snapshot(copy.deepcopy(item.gm, memo), {k: c.copy() for k, c in item.convs.items()},
+        return Snapshot(copy.deepcopy(item.gm, memo), {k: c.copy() for k, c in item.convs.items()},
                          copy.deepcopy(item.step_infos), turn)
 
-    def _copy_snapshot(self, session: _Session, snap: _Snapshot) -> _Snapshot:
-        return self._take_snapshot(session, _Live(0, None, snap.gm, None, "", snap.convs, snap.step_infos), snap.turn)
+    def _copy_snapshot(self, session: PlaySession, snap: Snapshot) -> Snapshot:
+        copied = LiveEpisode(0, None, snap.gm, None, "", snap.convs, snap.step_infos)
+        return self._take_snapshot(session, copied, snap.turn)
 
     # ------------------------------------------------------------ results
 
-    def _finish(self, session: _Session, item: _Live) -> Episode:
+    def _finish(self, session: PlaySession, item: LiveEpisode) -> Episode:
         job, gm = item.job, item.gm
         interactions = item.recorder.interactions
         scores, error = None, item.error

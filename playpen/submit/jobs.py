@@ -16,7 +16,7 @@ from typing import Any, Optional
 import submitit
 
 from playpen.config import signature_dataclass
-from playpen.eval.cli import EVAL_BOUNDS
+from playpen.defaults import EVAL_BOUNDS
 from playpen.eval.evaluation import evaluate
 from playpen.storage import Location, append_jsonl, read_jsonl
 from playpen.submit.launch import TaskInfo, setup_distributed
@@ -170,7 +170,7 @@ class TournamentMatchesJob(PlaypenJob):
         self.aggregate = aggregate
 
     def run(self, task: TaskInfo, seatings: list[list[str]]) -> dict:
-        from playpen.games.debate import tournament
+        from playpen.debate import tournament
 
         cfg = tournament.TournamentConfig(**self.config)
         pending = {tuple(s) for s in tournament.pending_matches(cfg)}
@@ -192,7 +192,7 @@ class TournamentMatchesJob(PlaypenJob):
 
 def aggregate_tournament(config: dict) -> dict:
     """The job that runs after a tournament's job array: results.md, heatmap.png, matches.json."""
-    from playpen.games.debate import tournament
+    from playpen.debate import tournament
 
     summary = tournament.aggregate(tournament.TournamentConfig(**config))
     return {"dir": summary["dir"]}

@@ -1,6 +1,6 @@
 """Cluster profiles: one typed YAML file per cluster under `configs/cluster/` (partition, account, time, caches,
 container, NCCL, limits). `--cluster NAME` picks `configs/cluster/NAME.yaml` (the working directory's
-`configs/cluster/` first, then the repository's); `--cluster path/to/file.yaml` takes a file; without the flag,
+`configs/cluster/` first, then playpen's packaged ones); `--cluster path/to/file.yaml` takes a file; without the flag,
 $PLAYPEN_CLUSTER or `local`.
 """
 from __future__ import annotations
@@ -11,14 +11,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from playpen.config import bounded, build, load_yaml
+from playpen.config import bounded, build, load_yaml, packaged_configs
 from playpen.errors import PlaypenError
 from playpen.storage import Location
 
 PROFILE_ENV = "PLAYPEN_CLUSTER"
 DEFAULT_PROFILE = "local"
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-REPO_PROFILES = Path(__file__).resolve().parents[2] / "configs" / "cluster"
 
 # Names of the submitting shell's variables that never reach a job (unless listed in `env_keep`): SLURM's own
 # (a job submitted from a job would inherit its allocation), torch.distributed's, and anything that looks like a
@@ -102,7 +101,7 @@ def parse_time_min(value: int | str, where: str) -> int:
 
 
 def search_dirs() -> list[Path]:
-    dirs = [Path.cwd() / "configs" / "cluster", REPO_PROFILES]
+    dirs = [Path.cwd() / "configs" / "cluster", packaged_configs() / "cluster"]
     return list(dict.fromkeys(d.resolve() for d in dirs if d.is_dir()))
 
 

@@ -6,11 +6,13 @@
 `train` is what `playpen train` and SLURM jobs call, once per rank under torchrun (RANK/WORLD_SIZE/... set).
 Rerunning the same call resumes from the last checkpoint in the same run directory.
 
-Modules: `modeling` (model spec, tokenizer, weights, LoRA, quantization, DeepSpeed config), `trl_args` (TRL's
-arguments from `trainer:`), `players` (teachers and other clemcore players), `data_files` (jsonl rows, chat
-messages), `game_play` (what GRPO and DPO share about playing games), `runner` (the life cycle every method
-shares), `sft`, `dpo`, `grpo` (one recipe each), `checkpoints` (find, validate, resume state), `metrics`
-(metrics.jsonl, tensorboard, learning curve), `base` (BasePlaypenTrainer for `playpen run`).
+Modules: `recipe` (the API a method implements), `runner` (the life cycle every method shares: `run_folder`,
+`reruns`, `registration`, `process`), `trl_args` (TRL's arguments from `trainer:`), `players` (teachers and other
+clemcore players), `game_play` (what GRPO and DPO share about playing games), `sft`, `dpo`, `grpo`, `reward`,
+`rloo` (one recipe each), `checkpoints` (find, validate, resume state), `metrics` (metrics.jsonl, tensorboard,
+learning curve), `base` (BasePlaypenTrainer for `playpen run`). Below train: `playpen.models.modeling` (model spec,
+tokenizer, weights, LoRA, quantization, DeepSpeed config), `playpen.data_files` (jsonl rows, chat messages),
+`playpen.distributed` (ranks and collectives).
 This file stays light: torch and TRL are imported only when training starts.
 """
 from __future__ import annotations

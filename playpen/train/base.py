@@ -22,15 +22,27 @@ from pathlib import Path
 from typing import Any
 
 from playpen.config import read_text
+from playpen.defaults import MAX_NEW_TOKENS
 from playpen.errors import PlaypenError
+
+
+def with_get_name(model: Any) -> Any:
+    """`model.get_name()` as clemcore 2's Model answered it (clemcore 3 has the `name` property): upstream trainer
+    files call it. The model itself is returned, with the method added where it lacks one."""
+    if model is not None and not hasattr(model, "get_name") and hasattr(model, "name"):
+        try:
+            model.get_name = lambda: model.name
+        except AttributeError:  # (a model with __slots__ or a read-only attribute keeps what it has)
+            pass
+    return model
 
 
 class BasePlaypenTrainer(abc.ABC):
     """Constructor (learner, teacher=None); subclasses implement learn()."""
 
     def __init__(self, learner: Any, teacher: Any = None):
-        self.learner = learner
-        self.teacher = teacher
+        self.learner = with_get_name(learner)
+        self.teacher = with_get_name(teacher)
 
     def is_learner(self, player) -> bool:
         return getattr(player, "model", None) is self.learner
@@ -73,15 +85,16 @@ def game_registry():
     return GameRegistry([entry.clem_spec() for entry in game_entries()])
 
 
-def run_trainer(file: str | Path, learner: str, teacher: str | None = None, max_tokens: int = 300,
+def run_trainer(file: str | Path, learner: str, teacher: str | None = None, max_tokens: int = MAX_NEW_TOKENS,
                 temperature: float = 0.0) -> BasePlaypenTrainer:
     from playpen.train import players
 
     cls = find_trainer_class(file)
     learner_spec = players.resolve_player(learner, "learner")  # both checked (keys too) before loading either
     teacher_spec = players.resolve_player(teacher, "teacher")
-    learner_model = players.load_clemcore_model(learner_spec, max_tokens, temperature)
-    teacher_model = players.load_clemcore_model(teacher_spec, max_tokens, temperature) if teacher_spec else None
+    learner_model = with_get_name(players.load_clemcore_model(learner_spec, max_tokens, temperature))
+    teacher_model = with_get_name(players.load_clemcore_model(teacher_spec, max_tokens, temperature)) \
+        if teacher_spec else None
     # upstream trainers take (learner) alone when there is no teacher, as upstream's `playpen run` calls them
     trainer = cls(learner_model, teacher_model) if teacher_model is not None else cls(learner_model)
     params = [p for p in inspect.signature(trainer.learn).parameters.values()

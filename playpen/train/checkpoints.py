@@ -167,7 +167,7 @@ def _make_resume_state_callback():
             self.step_offset = step_offset
 
         def on_save(self, args, state, control, **kwargs):
-            from playpen.train.distributed import barrier
+            from playpen.distributed import barrier
 
             barrier()  # every rank has written its shards
             if state.is_world_process_zero:

@@ -3,17 +3,21 @@ from __future__ import annotations
 
 import argparse
 
+from playpen.defaults import MAX_NEW_TOKENS, TEMPERATURE
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="a Python file defining a BasePlaypenTrainer subclass")
     parser.add_argument("-l", "--learner", required=True, help="learner model name (`playpen list models`)")
     parser.add_argument("-t", "--teacher", default=None, help="optional partner model name")
-    parser.add_argument("-L", "--max_tokens", type=int, default=300, help="token limit per reply (default 300)")
-    parser.add_argument("-T", "--temperature", type=float, default=0.0, help="sampling temperature (default 0.0)")
+    parser.add_argument("-L", "--max_tokens", type=int, default=MAX_NEW_TOKENS,
+                        help="token limit per reply (default %(default)s)")
+    parser.add_argument("-T", "--temperature", type=float, default=TEMPERATURE,
+                        help="sampling temperature (default %(default)s)")
 
 
 def main(args: argparse.Namespace) -> int:
-    from playpen.eval.cli import check_flags
+    from playpen.defaults import check_flags
     from playpen.train.base import run_trainer
 
     check_flags(args)  # -L and -T mean what they mean in `playpen eval`

@@ -21,10 +21,12 @@ from pathlib import Path
 from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json, atomic_write_text
-from playpen.train import data_files, distributed, game_play, modeling
+from playpen import data_files, distributed
+from playpen.models import modeling
+from playpen.train import game_play
 from playpen.train.checkpoints import find_resume_checkpoint, load_state, remove_incomplete
 from playpen.train.metrics import metrics_callback
-from playpen.train.runner import Recipe, Session
+from playpen.train.recipe import Recipe, Session
 
 
 @dataclass

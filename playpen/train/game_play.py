@@ -15,9 +15,9 @@ from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.games.instances import generate_instances, instances_file, load_instances, pick_generated
 from playpen.storage import remove_tree
-from playpen.train import distributed
+from playpen import distributed
 from playpen.train.players import frozen_policy, load_clemcore_model, resolve_teacher
-from playpen.train.runner import TrainConfig
+from playpen.train.recipe import TrainConfig
 
 
 PROGRAMMATIC = "programmatic"  # teacher: the built-in game's own expert in the teacher's seats

@@ -22,8 +22,9 @@ from itertools import groupby
 from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json, read_jsonl
-from playpen.train import distributed, dynamic_sampling, game_play, learned_reward
-from playpen.train.runner import Recipe, Session
+from playpen import distributed
+from playpen.train import dynamic_sampling, game_play, learned_reward
+from playpen.train.recipe import Recipe, Session
 
 
 @dataclass

@@ -98,7 +98,7 @@ def _make_callback():
 
         def log_row(self, step: int, values: dict) -> None:
             """A row that does not come from the Trainer's log (validation); the caller is rank 0's callback."""
-            from playpen.train.distributed import is_rank_zero
+            from playpen.distributed import is_rank_zero
 
             if not is_rank_zero():
                 return

@@ -38,7 +38,8 @@ def frozen_policy(spec: dict):
     import torch
 
     from playpen.rollout import LocalPolicy
-    from playpen.train import distributed, modeling
+    from playpen import distributed
+    from playpen.models import modeling
 
     model_config = spec.get("model_config", {})
     quantization = modeling.spec_quantization(spec)

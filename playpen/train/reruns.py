@@ -16,7 +16,7 @@ from playpen.errors import PlaypenError
 from playpen.storage import RunDir
 
 if TYPE_CHECKING:
-    from playpen.train.runner import Recipe
+    from playpen.train.recipe import Recipe
 
 FINAL_DIR = "final"
 REGISTRY_FILE = "model_registry.json"

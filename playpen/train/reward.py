@@ -21,8 +21,9 @@ from pathlib import Path
 from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json
-from playpen.train import modeling
-from playpen.train.runner import FINAL_DIR, Recipe, Session, TrainConfig
+from playpen.models import modeling
+from playpen.train.recipe import Recipe, Session, TrainConfig
+from playpen.train.reruns import FINAL_DIR
 
 EVAL_FILE = "reward_eval.json"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from playpen.errors import PlaypenError
 from playpen.train import learned_reward
 from playpen.train.grpo import GRPO
-from playpen.train.runner import Session
+from playpen.train.recipe import Session
 
 
 class RLOO(GRPO):

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from playpen.config import bounded
-from playpen.train import data_files
-from playpen.train.runner import Recipe, Session, TrainConfig
+from playpen import data_files
+from playpen.train.recipe import Recipe, Session, TrainConfig
 
 
 @dataclass

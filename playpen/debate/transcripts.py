@@ -1,7 +1,7 @@
 """Winning transcripts of the expert advocates, as SFT rows (`playpen train sft data=...`): a warm start for a
 model that has never seen the debate format (playpen-tiny), before learning from judge preferences.
 
-    python -m playpen.games.debate.transcripts -o runs/data/debate_won.jsonl [--game debate] [--episodes 400]
+    playpen debate transcripts -o runs/data/debate_won.jsonl [--game debate] [--episodes 400]
 
 Each episode plays a train instance with expert advocates (skill drawn from 0.5-1, so some lose) and the
 programmatic judge; the row is the winner's own view of the dialogue (the debater whose answer the judge picked,
@@ -11,7 +11,6 @@ game get their winning transcripts from their own records instead: `playpen data
 """
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -53,24 +52,22 @@ def winning_transcripts(game: str = "debate", episodes: int = 400, seed: int = 0
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m playpen.games.debate.transcripts", description=__doc__)
+def add_arguments(parser) -> None:
     parser.add_argument("-o", "--output", type=Path, required=True)
     parser.add_argument("--game", default="debate")
     parser.add_argument("--episodes", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-
-    def write() -> int:
-        rows = winning_transcripts(args.game, args.episodes, args.seed)
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        print(f"{args.output}: {len(rows)} winning transcripts of {args.episodes} {args.game} episodes")
-        return 0
-    from playpen.cli import guarded
-
-    return guarded(write)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def main(args) -> int:
+    rows = winning_transcripts(args.game, args.episodes, args.seed)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    print(f"{args.output}: {len(rows)} winning transcripts of {args.episodes} {args.game} episodes")
+    return 0
+
+
+if __name__ == "__main__":  # python -m playpen.debate.transcripts: an alias of `playpen debate transcripts`
+    from playpen.cli import main as playpen_main
+
+    sys.exit(playpen_main(["debate", "transcripts", *sys.argv[1:]]))

@@ -1,6 +1,6 @@
 """Judge win rate per iteration of an iterative-DPO debate run (configs/dpo/debate_iterative.yaml).
 
-    python -m playpen.games.debate.curve RUNS/<experiment>/<run_id> [--instances 30] [--temperature 0]
+    playpen debate curve RUNS/<experiment>/<run_id> [--instances 30] [--temperature 0]
 
 Two views, written to <run>/debate_curve.json and <run>/debate_curve.png:
 - rollouts: each round's own play (metrics.jsonl: the judge's mean probability for Debater A's answer, A's win
@@ -11,13 +11,12 @@ Two views, written to <run>/debate_curve.json and <run>/debate_curve.png:
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from playpen.errors import PlaypenError
-from playpen.games.debate.records import mean
+from playpen.debate.records import mean
 
 
 def round_rows(run: Path) -> list[dict]:
@@ -56,7 +55,7 @@ def play_policy(weights: str, adapter: str | None, tokenizer_from: str, pairs, t
     import torch
 
     from playpen.rollout import LocalPolicy, RolloutEngine
-    from playpen.train import modeling
+    from playpen.models import modeling
 
     model = modeling.load_model(weights, None, torch.float32, peft_model=adapter, trainable=False)
     model.eval()
@@ -134,22 +133,19 @@ def curve(run_dir: str | Path, instances: int | None = 30, temperature: float = 
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m playpen.games.debate.curve", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser) -> None:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--instances", type=int, default=30, help="validation debates per policy")
     parser.add_argument("--temperature", type=float, default=0.0)
-    args = parser.parse_args(argv)
-
-    def draw() -> int:
-        curve(args.run_dir, args.instances, args.temperature)
-        print(f"{args.run_dir / 'debate_curve.png'}")
-        return 0
-    from playpen.cli import guarded
-
-    return guarded(draw)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def main(args) -> int:
+    curve(args.run_dir, args.instances, args.temperature)
+    print(f"{args.run_dir / 'debate_curve.png'}")
+    return 0
+
+
+if __name__ == "__main__":  # python -m playpen.debate.curve: an alias of `playpen debate curve`
+    from playpen.cli import main as playpen_main
+
+    sys.exit(playpen_main(["debate", "curve", *sys.argv[1:]]))

@@ -1,7 +1,7 @@
 """Offline re-judging: show another judge (or the same one) the recorded judge's view of each debate or
 consultancy episode and compare its verdict with the recorded one.
 
-    python -m playpen.games.debate.rejudge RECORDS_DIR --judge MODEL [-o rejudged.json] [-L 300] [-T 0]
+    playpen debate rejudge RECORDS_DIR --judge MODEL [-o rejudged.json] [-L 300] [-T 0]
 
 RECORDS_DIR: any folder of clem records (playpen eval results, a run's playpen-records, a tournament's records).
 The new judge gets exactly the messages the recorded judge got at its last turn (its own earlier questions in a
@@ -11,19 +11,19 @@ episode (recorded and new verdict, agreement) and a summary (agreement, accuracy
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
+from playpen.debate.records import Episode, episodes_under, mean
+from playpen.defaults import MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
 from playpen.games.debate import protocol as pr
-from playpen.games.debate.records import Episode, episodes_under, mean
 
 PROGRAMMATIC = "programmatic"
 
 
-def load_judge(judge, max_tokens: int = 300, temperature: float = 0.0):
+def load_judge(judge, max_tokens: int = MAX_NEW_TOKENS, temperature: float = TEMPERATURE):
     """A callable messages -> reply for a judge name or a clemcore Model."""
     if judge is None or judge == "":
         raise PlaypenError("re-judging needs a judge: --judge <registry model name> or --judge programmatic")
@@ -54,8 +54,8 @@ def rejudge_episode(episode: Episode, ask) -> dict:
             "recorded_reply": recorded_reply, "new_reply": reply, "agree": (old and old["side"]) == (new and new[0])}
 
 
-def rejudge(records_dir: str | Path, judge, max_tokens: int = 300, temperature: float = 0.0,
-            out: str | Path | None = None) -> dict:
+def rejudge(records_dir: str | Path, judge, max_tokens: int = MAX_NEW_TOKENS,
+            temperature: float = TEMPERATURE, out: str | Path | None = None) -> dict:
     """Re-judge every debate/consultancy episode under records_dir; returns {"summary", "rows"} (and writes it
     to `out` when given)."""
     folder = Path(records_dir)
@@ -81,24 +81,21 @@ def rejudge(records_dir: str | Path, judge, max_tokens: int = 300, temperature: 
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m playpen.games.debate.rejudge", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser) -> None:
     parser.add_argument("records_dir", type=Path)
     parser.add_argument("--judge", default=None, help="registry model name, or programmatic")
     parser.add_argument("-o", "--output", type=Path, default=None)
-    parser.add_argument("-L", "--max_tokens", type=int, default=300)
-    parser.add_argument("-T", "--temperature", type=float, default=0.0)
-    args = parser.parse_args(argv)
-
-    def judge_again() -> int:
-        result = rejudge(args.records_dir, args.judge, args.max_tokens, args.temperature, args.output)
-        print(json.dumps(result["summary"], indent=2))
-        return 0
-    from playpen.cli import guarded
-
-    return guarded(judge_again)
+    parser.add_argument("-L", "--max_tokens", type=int, default=MAX_NEW_TOKENS)
+    parser.add_argument("-T", "--temperature", type=float, default=TEMPERATURE)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def main(args) -> int:
+    result = rejudge(args.records_dir, args.judge, args.max_tokens, args.temperature, args.output)
+    print(json.dumps(result["summary"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":  # python -m playpen.debate.rejudge: an alias of `playpen debate rejudge`
+    from playpen.cli import main as playpen_main
+
+    sys.exit(playpen_main(["debate", "rejudge", *sys.argv[1:]]))

@@ -3,10 +3,10 @@ played by clemcore's runner with one model per seat; then a results table (win r
 correct and the incorrect side, as A and as B; judge accuracy; a Bradley-Terry rating on the Elo scale) and a
 heatmap. Consultancy: every consultant before every judge (no pairs, no rating).
 
-    python -m playpen.games.debate.tournament configs/debate/tournament_tiny.yaml [key=value ...]   (here)
+    playpen debate tournament configs/debate/tournament_tiny.yaml [key=value ...]   (here)
     python -m playpen.submit tournament --config configs/debate/tournament_tiny.yaml   (one job-array task per match)
 
-Output folder: records/ (clem layout, scored: `python -m playpen.games.debate.rejudge` and `playpen data` read
+Output folder: records/ (clem layout, scored: `playpen debate rejudge` and `playpen data` read
 it), played/<seating>.json (one per finished match), matches.json (one row per episode), results.md and
 heatmap.png. A finished match is not played again when the tournament is rerun (add debaters or judges and rerun:
 only the new matches play). Matches write disjoint record folders, so array tasks play them concurrently.
@@ -21,8 +21,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from playpen.debate.records import Episode, episodes_under, mean
+from playpen.defaults import BATCH_SIZE, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
-from playpen.games.debate.records import Episode, episodes_under, mean
 from playpen.storage import Location, Name, atomic_write_json, exclusive_folder, path_under
 
 PROGRAMMATIC = "programmatic"  # the expert advocate in an advocate's seat, the programmatic judge in the judge's
@@ -37,9 +38,9 @@ class TournamentConfig:
     instances: str = "validation"        # instance set (validation: every seat is the model given for it)
     max_instances: int | None = 6        # per match, spread over experiments
     self_play: bool = False              # debate: also each debater against itself
-    max_tokens: int = 300
-    temperature: float = 0.0
-    batch_size: int = 8
+    max_tokens: int = MAX_NEW_TOKENS
+    temperature: float = TEMPERATURE
+    batch_size: int = BATCH_SIZE
     output_dir: Location = "runs/tournaments"  # the tournament folder is <output_dir>/<name>
 
 
@@ -274,25 +275,20 @@ def run(cfg: TournamentConfig, where: str = "tournament", log=print) -> dict:
     return aggregate(cfg)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    from playpen.config import load_config
-
-    parser = argparse.ArgumentParser(prog="python -m playpen.games.debate.tournament", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser) -> None:
     parser.add_argument("config")
     parser.add_argument("overrides", nargs="*", help="key=value")
-    args = parser.parse_args(argv)
-
-    def play() -> int:
-        result = run(load_config(TournamentConfig, args.config, list(args.overrides)), args.config)
-        print((Path(result["dir"]) / "results.md").read_text())
-        return 0
-    from playpen.cli import guarded
-
-    return guarded(play)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def main(args) -> int:
+    from playpen.config import load_config
+
+    result = run(load_config(TournamentConfig, args.config, list(args.overrides)), args.config)
+    print((Path(result["dir"]) / "results.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":  # python -m playpen.debate.tournament: an alias of `playpen debate tournament`
+    from playpen.cli import main as playpen_main
+
+    sys.exit(playpen_main(["debate", "tournament", *sys.argv[1:]]))

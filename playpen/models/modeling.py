@@ -1,5 +1,5 @@
 """The model being trained: its spec, bitsandbytes quantization, dtype, tokenizer, weights and LoRA, and the
-DeepSpeed config it is sharded by (processes and collectives: playpen.train.distributed).
+DeepSpeed config it is sharded by (processes and collectives: playpen.distributed).
 
 Small pure-ish functions, each checking its own input and failing with one PlaypenError line before anything
 is written. Heavy libraries are imported inside the functions.
@@ -11,16 +11,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-from playpen.config import check_keys, read_text
+from playpen.config import check_keys, config_file, read_text
 from playpen.errors import PlaypenError
 from playpen.models import ensure_packaged_weights
 from playpen.registry import MODEL_REGISTRY_FILE, model_entries, resolve_model
-from playpen.train.distributed import dist_info, has_cuda
+from playpen.distributed import dist_info, has_cuda
 
 # The seed's LoRA: `lora: {}` in a config means exactly this; keys given there override single fields.
 DEFAULT_LORA = dict(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")
 QUANTIZATION = ("4bit", "8bit")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------- models
@@ -213,16 +212,16 @@ def lora_config(section: dict | None, model, where: str):
 # ---------------------------------------------------------------- DeepSpeed
 
 def resolve_deepspeed(path: str | None, where: str) -> str | None:
-    """A DeepSpeed JSON path: as given, relative to the working directory, or to the playpen checkout."""
+    """A DeepSpeed JSON path: as given, relative to the working directory, or playpen's packaged configs/."""
     if not path:
         return None
-    for candidate in (Path(path).expanduser(), REPO_ROOT / path):
-        if candidate.exists():
-            import json
+    candidate = config_file(path)
+    if candidate.exists():
+        import json
 
-            try:
-                json.loads(read_text(candidate, "deepspeed config"))
-            except json.JSONDecodeError as e:
-                raise PlaypenError(f"{candidate}:{e.lineno}:{e.colno}: malformed DeepSpeed JSON: {e.msg}") from None
-            return str(candidate.absolute())
+        try:
+            json.loads(read_text(candidate, "deepspeed config"))
+        except json.JSONDecodeError as e:
+            raise PlaypenError(f"{candidate}:{e.lineno}:{e.colno}: malformed DeepSpeed JSON: {e.msg}") from None
+        return str(candidate.absolute())
     raise PlaypenError(f"{where}: deepspeed config {path} not found (e.g. configs/deepspeed/zero2.json)")
