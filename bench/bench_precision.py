@@ -59,7 +59,7 @@ def timed_parts():
     import trl
 
     import playpen.rollout.engine as engine
-    from bench.bench_train import Timers
+    from bench_train import Timers  # (a sibling script: bench/ is on sys.path when run as a script)
 
     timers = Timers()
     timers.wrap(engine, "generate", "rollout")

@@ -60,7 +60,8 @@ class ArithmeticInstanceGenerator(GameInstanceGenerator):
     def __init__(self):
         super().__init__(str(GAME_DIR))
 
-    def on_generate(self, seed: int, split: str = "validation", validation_per_experiment: int = VALIDATION_PER_EXPERIMENT,
+    def on_generate(self, seed: int, split: str = "validation",
+                    validation_per_experiment: int = VALIDATION_PER_EXPERIMENT,
                     train_per_experiment: int = TRAIN_PER_EXPERIMENT):
         """The counts are arguments for larger sets (`generate: {seed: N, train_per_experiment: 150}`); one_step
         has 170 distinct problems, so their sum stays at or below that."""
