@@ -8,7 +8,7 @@ Results layout (clemcore's, so `clem score`, `clem transcribe` and `clem eval` w
     <results_dir>/<model>.val.json, raw.csv, results.csv, results.html
 
 `model` is a registry name, a training run directory, or a checkpoint folder (`<run>/checkpoints/checkpoint-<step>`,
-adapter or full weights; see playpen.eval.model_specs). Games are played through playpen's rollout engine for local
+adapter or full weights; see playpen.models.specs). Games are played through playpen's rollout engine for local
 Hugging Face models, and through clemcore's own runner for every other backend (API models) or on request.
 """
 from __future__ import annotations
@@ -22,10 +22,10 @@ from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.eval.clemlog import clemcore_log, library_bars
-from playpen.eval.model_specs import model_folder, resolve_eval_model
 from playpen.games.instances import instances_file, read_instances, spread
 from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
-from playpen.registry import check_remote_key
+from playpen.models import service
+from playpen.models.specs import model_folder
 from playpen.storage import (atomic_write_json, check_location, exclusive_folder, move_tree, not_a_link, path_under,
                              remove_tree)
 
@@ -72,15 +72,9 @@ class ClemcorePlayer:
     def model(self):
         """clemcore's Model for the spec (for huggingface_local: `.model` and `.tokenizer` are the HF objects)."""
         if self._model is None:
-            from clemcore.backends import BackendRegistry, ModelSpec
-
-            if self.spec.get("backend") == "huggingface_local":
-                _ensure_packaged_weights(self.spec)
             # (clemcore's HF backend pins torch to one CPU thread; kept: on shared CPUs more threads were 10-20x
             # slower for small models here, and on GPU it does not matter)
-            backend = BackendRegistry.from_packaged_and_cwd_files().get_backend_for(self.spec["backend"])
-            self._model = backend.get_model_for(ModelSpec.from_dict(self.spec))
-            self._model.set_gen_args(max_tokens=self.max_tokens, temperature=self.temperature)
+            self._model = service.load_player(self.spec, self.max_tokens, self.temperature)
         return self._model
 
     def play(self, entry: GameEntry, pairs: list[tuple[dict, dict]], results_dir: Path) -> None:
@@ -149,14 +143,6 @@ def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int
     if player == "engine" or (player == "auto" and local):
         return EnginePlayer(spec, max_tokens, temperature, batch_size, seed, verbose)
     return ClemcorePlayer(spec, max_tokens, temperature, batch_size, seed, verbose)
-
-
-def _ensure_packaged_weights(spec: dict) -> None:
-    """Build or convert a packaged model (playpen-tiny, smollm2-135m-instruct-q4) on first use (e.g. on a fresh
-    cluster node), never download it; the spec then names this machine's copy."""
-    from playpen.models import ensure_packaged_weights
-
-    ensure_packaged_weights(spec, log=_stderr)
 
 
 # ---------------------------------------------------------------- scoring and tables
@@ -246,8 +232,7 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
     started = time.time()
     if suite not in SUITES:
         raise PlaypenError(f"unknown suite '{suite}'; choose one of {', '.join(SUITES)}")
-    spec = resolve_eval_model(model)
-    check_remote_key(spec, "model")  # an API model without its key.json entry: one line, before anything runs
+    spec = service.resolve(model, "model")  # an API model without its key.json entry: one line, before anything runs
     folder = model_folder(spec)
     results = Path(check_location(str(results_dir), "-r")) if results_dir else \
         Path(DEFAULT_RESULTS_ROOT) / time.strftime("%Y%m%d-%H%M%S")

@@ -189,12 +189,10 @@ class RolloutEngine:
         if isinstance(teacher, str):
             if teacher in backends.ModelSpec.PROGRAMMATIC_SPECS:
                 return backends.CustomResponseModel()
-            from playpen.models import ensure_packaged_weights
-            from playpen.registry import resolve_model
+            from playpen.models import service
 
-            spec = backends.ModelSpec.from_dict(ensure_packaged_weights(resolve_model(teacher)))
-            return backends.load_model(spec, dict(max_tokens=self.max_new_tokens,
-                                                  temperature=self.teacher_temperature))
+            return service.load_player(service.resolve(teacher, "teacher"), self.max_new_tokens,
+                                       self.teacher_temperature)
         if isinstance(teacher, backends.Model):
             if "max_tokens" not in teacher.gen_args or "temperature" not in teacher.gen_args:
                 teacher.set_gen_args(**{"max_tokens": self.max_new_tokens, "temperature": self.teacher_temperature,

@@ -8,17 +8,7 @@ from __future__ import annotations
 import os
 import socket
 
-
-def dist_info() -> tuple[int, int, int]:
-    """(rank, world_size, local_rank) from the launcher's environment (torchrun, srun via the job layer)."""
-    env = os.environ
-    return int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0))
-
-
-def has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
+from playpen.models.loading import dist_info, has_cuda  # noqa: F401  (defined where models load)
 
 
 def group_ready() -> bool:

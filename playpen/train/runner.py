@@ -33,6 +33,7 @@ from typing import Any
 
 from playpen.config import bounded, dump_yaml, load_config, to_dict
 from playpen.errors import PlaypenError
+from playpen.models import service
 from playpen.storage import (Location, Name, RunDir, atomic_write_json, atomic_write_text, checkpoints_in,
                              exclusive_folder, storage_full)
 from playpen.train import METHODS, distributed, modeling, trl_args
@@ -231,12 +232,13 @@ def check_config(recipe: Recipe, cfg, where: str) -> str | None:
         raise PlaypenError(f"{where}: quantization: {cfg.quantization} trains adapters only; set lora: {{}} "
                            f"(QLoRA) or quantization: null")
     if getattr(cfg, "teacher", None) and cfg.teacher != "programmatic":  # (the built-in games' experts)
-        from playpen.registry import check_remote_key, resolve_model
+        from playpen.models.service import resolve
 
-        check_remote_key(resolve_model(cfg.teacher), "teacher")
+        resolve(cfg.teacher, "teacher")
     return modeling.resolve_deepspeed(cfg.deepspeed, where)
 
 
+@service.once  # the learner and the teacher are resolved once per run (checked, loaded, registered)
 def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
     recipe = load_recipe(method)
     cfg = load_config(recipe.Config, config_path, overrides)
@@ -329,10 +331,7 @@ def _build(session: Session) -> None:
     cfg = session.cfg
     spec = session.spec
     model_config = spec.get("model_config", {})
-    quantization = cfg.quantization or modeling.spec_quantization(spec)
-    if quantization != cfg.quantization:
-        modeling.check_quantization(quantization)
-        cfg.quantization = quantization
+    cfg.quantization = quantization = service.quantization(spec, cfg.quantization)  # decided once, here
     session.args = session.make_args()  # (after quantization is known: it decides bf16 autocast on CPU)
     _ = session.args.device  # initializes the process group under torchrun (gloo on CPU)
     transformers.set_seed(cfg.seed)
@@ -370,10 +369,8 @@ def _prepare_run_dir(session: Session) -> None:
 
 def registry_entry(session: Session, final_dir: Path, adapter: bool) -> dict:
     """clemcore ModelSpec for the trained model: the base model plus peft_model, or the full weights."""
-    from playpen.registry import model_entries
-
     spec = copy.deepcopy(session.spec)
-    raw = next((e.spec for e in model_entries() if e.name == session.cfg.model), None)
+    raw = service.registered_entry(session.cfg.model)
     if raw and "{" in str(raw.get("huggingface_id", "")):  # a placeholder such as {playpen_models}
         spec["huggingface_id"] = raw["huggingface_id"]  # stays valid on other machines / containers
     name = f"{session.cfg.experiment}-{session.run.path.name}"
