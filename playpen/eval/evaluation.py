@@ -26,6 +26,7 @@ from playpen.games.instances import instances_file, read_instances, spread
 from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
 from playpen.models import service
 from playpen.models.specs import model_folder
+from playpen.records import interactions_files
 from playpen.storage import (atomic_write_json, check_location, exclusive_folder, move_tree, not_a_link, path_under,
                              remove_tree)
 
@@ -155,7 +156,7 @@ def score_game(entry: GameEntry, game_dir: Path, verbose: bool = False) -> int:
         stale.unlink()
     # episodes that broke off with an error (error.json from the rollout engine) are not scored: like clemcore's
     # runner, which records no episode that raised, they count as missing, not as played or aborted
-    interactions = sorted(p for p in game_dir.rglob("interactions.json") if not (p.parent / "error.json").exists())
+    interactions = interactions_files(game_dir, finished=True)
     if interactions:
         with GameBenchmark.load_from_spec(entry.clem_spec()) as benchmark, library_bars(verbose):
             benchmark.compute_scores(interactions)
@@ -185,7 +186,7 @@ def games_recorded(results_dir: Path, folder: str) -> list[str]:
     model_dir = results_dir / folder
     if not model_dir.is_dir():
         return []
-    return sorted(d.name for d in model_dir.iterdir() if d.is_dir() and next(d.rglob("interactions.json"), None))
+    return sorted(d.name for d in model_dir.iterdir() if d.is_dir() and interactions_files(d))
 
 
 def write_val_json(results_dir: Path, spec: dict, extra: dict | None = None) -> dict:

@@ -42,8 +42,8 @@ from playpen.rollout.episode import (GAME_ENDED_CONTEXT, BranchInfo, Conversatio
                                      reward_from)
 from playpen.rollout.generation import generate
 from playpen.games.instances import game_entry, load_benchmark, normalize
-from playpen.rollout.policy import LocalPolicy, PolicyModel, clean_reply, model_identifier
-from playpen.rollout.records import EpisodeRecord, RecordWriter, preferred_name
+from playpen.records import EpisodeRecord, RecordWriter, model_identifier, preferred_name
+from playpen.rollout.policy import LocalPolicy, PolicyModel, clean_reply
 
 # clemcore's recorder reads clemcore's version from the package metadata for every episode (~1 ms, 2 % of a
 # playpen-tiny GRPO step); the version cannot change while we run.
