@@ -43,7 +43,7 @@ SUBMIT_ALIASES = {"status": "state, progress and log tail of a run or sweep dire
 def list_models(verbose: bool) -> None:
     from playpen.registry import model_entries, resolution
 
-    entries = model_entries()
+    entries = model_entries(clemcore=True)  # every model `clem list models` lists, and mock
     first: dict[str, str] = {}  # name -> the source whose entry wins
     for entry in entries:
         state = f"  (shadowed by the {first[entry.name]} entry)" if entry.name in first else ""

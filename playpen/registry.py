@@ -118,9 +118,11 @@ def clemcore_entries() -> list[ModelEntry]:
 REGISTRY_READS = [0]  # times the model registries were read in this process (a run reads them once: tests count)
 
 
-def model_entries(cwd: Path | None = None, storage_root: Path | None = None) -> list[ModelEntry]:
-    """Custom entries first, then trained runs, then playpen's packaged, then clemcore's: the first entry with a
-    name wins."""
+def model_entries(cwd: Path | None = None, storage_root: Path | None = None,
+                  clemcore: bool = False) -> list[ModelEntry]:
+    """Custom entries first, then trained runs, then playpen's packaged, then (`clemcore`) clemcore's: the first
+    entry with a name wins. clemcore's are read only when asked for: importing clemcore applies its logging config
+    (a ./clembench.log, other libraries' loggers switched off), which a run of playpen's own models need not get."""
     REGISTRY_READS[0] += 1
     custom = custom_model_registry(cwd)
     entries = _entries_from(custom, str(custom)) if custom.is_file() else []
@@ -129,7 +131,7 @@ def model_entries(cwd: Path | None = None, storage_root: Path | None = None) -> 
             entries += _entries_from(registry, str(registry))
         except PlaypenError as e:  # one broken run (anyone's, on shared storage) must not block every lookup
             _warn_once(f"playpen: warning: skipping a run's model registry: {e}")
-    return entries + _entries_from(PACKAGED_MODELS, "packaged") + clemcore_entries()
+    return entries + _entries_from(PACKAGED_MODELS, "packaged") + (clemcore_entries() if clemcore else [])
 
 
 def _warn_once(message: str) -> None:
@@ -206,6 +208,8 @@ def resolve_model(name: str, cwd: Path | None = None, storage_root: Path | None 
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         raise PlaypenError(f"{folder.absolute()} is a folder with a model registry ({shown or 'empty'}), not a "
                            f"model; name the model, e.g. {names[-1] if names else '<model>'}")
+    if name not in {e.name for e in entries} and all(e.source != CLEMCORE for e in entries):
+        entries = entries + clemcore_entries()  # a name only clem knows (gpt-4o, mock, ...)
     for entry in entries:
         if entry.name == name:
             target = _fallback_for(entry, entries)

@@ -144,3 +144,11 @@ def test_a_grpo_run_reads_the_registries_and_resolves_its_models_once(tmp_path, 
                          "trainer.per_device_train_batch_size=2", "trainer.max_steps=1"])
     assert registry.REGISTRY_READS[0] - reads == 1  # (before the model service: 5)
     assert service.RESOLVED - resolved == {"playpen-tiny": 1, "partner": 1}  # (before: the teacher 3 times)
+
+
+def test_playpens_own_models_resolve_without_importing_clemcore(tmp_path):
+    # importing clemcore applies its logging config (./clembench.log; submitit's job log lines switched off)
+    code = ("import sys; from playpen.models.service import resolve_local; resolve_local('playpen-tiny'); "
+            "print('clemcore' in sys.modules)")
+    assert ok(tmp_path, sys.executable, "-c", code).strip() == "False"
+    assert not (tmp_path / "clembench.log").exists()

@@ -95,7 +95,10 @@ def resolve_local(model: str, role: str | None = "model") -> dict:
 
 
 def _check_backend(spec: dict) -> None:
-    """The spec's backend is one clemcore has (packaged or a ./<name>_api.py): one line now, not at load time."""
+    """The spec's backend is one clemcore has (packaged or a ./<name>_api.py): one line now, not at load time.
+    huggingface_local is always there and needs no import of clemcore (whose logging config an SFT run need not get)."""
+    if spec.get("backend") == "huggingface_local":
+        return
     from clemcore.backends import BackendRegistry
 
     if not BackendRegistry.from_packaged_and_cwd_files().is_supported(spec.get("backend")):
