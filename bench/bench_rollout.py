@@ -83,13 +83,12 @@ def main() -> None:
     from clemcore.clemgame.callbacks.files import PlayerFileSaver
     from clemcore.clemgame.runners import batchwise, sequential
 
-    from playpen.eval.model_specs import resolve_eval_model
+    from playpen.models.service import resolve
     from playpen.games.instances import load_benchmark, load_instances
     from playpen.games.registry import resolve_game
-    from playpen.models import ensure_packaged_weights
     from playpen.rollout import LocalPolicy, RolloutEngine
 
-    spec = ModelSpec.from_dict(ensure_packaged_weights(resolve_eval_model(args.model)))
+    spec = ModelSpec.from_dict(resolve(args.model, role=None))
     clem_model = BackendRegistry.from_packaged_and_cwd_files().get_backend_for("huggingface_local") \
         .get_model_for(spec)
     clem_model.set_gen_args(temperature=0.0, max_tokens=args.max_new_tokens)

@@ -47,11 +47,11 @@ SUBMIT_ALIASES = {"status": "state, progress and log tail of a run or sweep dire
 def list_models(verbose: bool) -> None:
     from playpen.registry import model_entries, resolution
 
-    entries = model_entries()
-    shadowed = set()
+    entries = model_entries(clemcore=True)  # every model `clem list models` lists, and mock
+    first: dict[str, str] = {}  # name -> the source whose entry wins
     for entry in entries:
-        state = "  (shadowed by custom entry)" if entry.name in shadowed else ""
-        shadowed.add(entry.name)
+        state = f"  (shadowed by the {first[entry.name]} entry)" if entry.name in first else ""
+        first.setdefault(entry.name, entry.source)
         where = resolution(entry, entries) if verbose else ""
         print(f"{entry.name:32s} {entry.spec.get('backend', '?'):18s} {entry.source}{state}")
         if verbose:

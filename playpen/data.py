@@ -29,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from playpen import records
 from playpen.errors import PlaypenError
 from playpen.games.scores import main_score
 from playpen.storage import atomic_write_text, unwritable
@@ -173,16 +174,6 @@ def player_view(turns: list, player: str) -> list[dict]:
     return messages
 
 
-def _path_info(path: Path) -> dict:
-    """game / experiment / task id / model folder as the folder layout says (used when `meta` is missing)."""
-    episode_dir = path.parent
-    experiment_dir = episode_dir.parent
-    game_dir = experiment_dir.parent
-    number = re.search(r"(\d+)", episode_dir.name)
-    return {"game": game_dir.name, "experiment": re.sub(r"^\d+_", "", experiment_dir.name),
-            "task_id": int(number.group(1)) if number else None, "model_dir": game_dir.parent.name}
-
-
 def episode_rows(path: Path) -> list[dict]:
     """All learner rows of one interactions.json (raises ValueError with a reason if it cannot be used)."""
     try:
@@ -197,24 +188,15 @@ def episode_rows(path: Path) -> list[dict]:
     meta = interactions.get("meta") if isinstance(interactions.get("meta"), dict) else {}
     if meta and meta.get("completed") is not True:
         raise ValueError("partial record: the game did not complete (meta.completed is not true)")
-    info = _path_info(path)
-    game = meta.get("game_name") or info["game"]
-    experiment = meta.get("experiment_name") or info["experiment"]
-    task_id = meta.get("game_id", info["task_id"])
-    scores = None
-    scores_file = path.parent / "scores.json"
-    if scores_file.is_file():
-        try:
-            scores = _load_lenient(scores_file)
-        except (json.JSONDecodeError, OSError, UnicodeDecodeError):
-            scores = None
-    if task_id is None and (path.parent / "instance.json").is_file():
-        try:
-            task_id = _load_lenient(path.parent / "instance.json").get("game_id")
-        except (json.JSONDecodeError, OSError, AttributeError):
-            pass
+    where = records.episode_location(path)  # what the folder layout says, where `meta` is missing
+    game = meta.get("game_name") or where.game
+    experiment = meta.get("experiment_name") or where.experiment_name
+    task_id = meta.get("game_id", where.task_id)
+    scores = records.sidecar(path, records.SCORES)
+    if task_id is None and isinstance(instance := records.sidecar(path, records.INSTANCE), dict):
+        task_id = instance.get("game_id")
     outcome = _outcome_from_scores(scores) or _outcome_from_keys(interactions) or _outcome_from_events(interactions)
-    pair_models = [re.sub(r"-t\d+(\.\d+)?$", "", m) for m in info["model_dir"].split("--")]
+    pair_models = records.model_names(where.model_dir)
     rows = []
     for name, value in interactions["players"].items():
         role, model = _parse_player(name, value, pair_models)
@@ -258,7 +240,7 @@ def convert(results_or_records_dir: str | Path, out_jsonl: str | Path, game: str
     if why := unwritable(out.parent):
         raise PlaypenError(f"output {out} cannot be written ({why}); give -o a file in a writable folder")
     outcome = normalize_outcome(outcome)
-    files = sorted(root.rglob("interactions.json"))
+    files = records.interactions_files(root)
     if not files:
         raise PlaypenError(f"no interactions.json under {root}; is it a clem results or playpen-records folder?")
     stats = Stats(files=len(files))

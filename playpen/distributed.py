@@ -9,6 +9,7 @@ import os
 import socket
 
 
+
 def dist_info() -> tuple[int, int, int]:
     """(rank, world_size, local_rank) from the launcher's environment (torchrun, srun via the job layer)."""
     env = os.environ

@@ -2,7 +2,9 @@
 
 Models: `./model_registry.json` (entries there win), then the entries training runs registered under the storage
 root (`<storage_root>/<experiment>/<run_id>/model_registry.json`), then the packaged
-`playpen/models/model_registry.json`.
+`playpen/models/model_registry.json`, then clemcore's packaged registry and its programmatic player `mock`, read
+by clemcore itself: every name `clem run -m` plays is a name here (`playpen list models` ⊇ `clem list models`).
+Loading what a name resolves to is playpen.models.service's.
 Entries use clemcore's ModelSpec format, so `model_config` keys (peft_model, load_in_8bit, load_in_4bit,
 eos_to_cull, premade_chat_template, ...) mean exactly what clemcore's backends make of them. Two keys are playpen's:
 `packaged_weights` (weights playpen builds or converts itself on first use, never downloads: see
@@ -92,8 +94,36 @@ def run_registries(storage_root: Path | None = None) -> list[Path]:
     return sorted(root.glob(f"*/*/{MODEL_REGISTRY_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True)
 
 
-def model_entries(cwd: Path | None = None, storage_root: Path | None = None) -> list[ModelEntry]:
-    """Custom entries first, then trained runs, then packaged: the first entry with a name wins."""
+CLEMCORE = "clemcore"  # the source of the entries clemcore ships
+
+
+def clemcore_entries() -> list[ModelEntry]:
+    """The models clemcore itself knows beyond ./model_registry.json (read above, with playpen's checks): its packaged
+    registry and its programmatic players (`mock`), resolved by clemcore's ModelRegistry as `clem run` resolves
+    them. An entry playpen could not name a results folder after is left out (clem's results would be unsafe too)."""
+    from clemcore.backends import ModelRegistry, ModelSpec
+
+    registry = ModelRegistry.from_packaged_and_cwd_files()
+    entries = []
+    for model_spec in registry:
+        spec = {k: v for k, v in model_spec.to_dict().items() if k != "lookup_source"}
+        if model_spec.lookup_source == "packaged" and _entry_problem(spec) is None:
+            entries.append(ModelEntry(spec["model_name"], spec, CLEMCORE))
+    for name in ModelSpec.PROGRAMMATIC_SPECS:
+        spec = registry.get_first_model_spec_that_unify_with(name).to_dict()
+        entries.append(ModelEntry(name, spec, CLEMCORE))
+    return entries
+
+
+REGISTRY_READS = [0]  # times the model registries were read in this process (a run reads them once: tests count)
+
+
+def model_entries(cwd: Path | None = None, storage_root: Path | None = None,
+                  clemcore: bool = False) -> list[ModelEntry]:
+    """Custom entries first, then trained runs, then playpen's packaged, then (`clemcore`) clemcore's: the first
+    entry with a name wins. clemcore's are read only when asked for: importing clemcore applies its logging config
+    (a ./clembench.log, other libraries' loggers switched off), which a run of playpen's own models need not get."""
+    REGISTRY_READS[0] += 1
     custom = custom_model_registry(cwd)
     entries = _entries_from(custom, str(custom)) if custom.is_file() else []
     for registry in run_registries(storage_root):
@@ -101,7 +131,7 @@ def model_entries(cwd: Path | None = None, storage_root: Path | None = None) -> 
             entries += _entries_from(registry, str(registry))
         except PlaypenError as e:  # one broken run (anyone's, on shared storage) must not block every lookup
             _warn_once(f"playpen: warning: skipping a run's model registry: {e}")
-    return entries + _entries_from(PACKAGED_MODELS, "packaged")
+    return entries + _entries_from(PACKAGED_MODELS, "packaged") + (clemcore_entries() if clemcore else [])
 
 
 def _warn_once(message: str) -> None:
@@ -161,13 +191,15 @@ def resolution(entry: ModelEntry, entries: list[ModelEntry] | None = None) -> st
     return str(hub or entry.spec.get("model_id") or "")
 
 
-def resolve_model(name: str, cwd: Path | None = None, storage_root: Path | None = None) -> dict:
+def resolve_model(name: str, cwd: Path | None = None, storage_root: Path | None = None,
+                  entries: list[ModelEntry] | None = None) -> dict:
     """The full clemcore ModelSpec dict for a registered name (or a run directory that registered a model);
     unknown names get the closest suggestions. An entry with an offline_fallback whose hub model is not in the
-    local cache resolves to the fallback's spec (its own model_name, `resolved_from` naming the asked one)."""
+    local cache resolves to the fallback's spec (its own model_name, `resolved_from` naming the asked one).
+    `entries`: the registries as already read (a run reads them once)."""
     folder = Path(name).expanduser()
     registry = folder / MODEL_REGISTRY_FILE
-    entries = model_entries(cwd, storage_root)
+    entries = entries if entries is not None else model_entries(cwd, storage_root)
     if registry.is_file() and name not in {e.name for e in entries}:
         names = [e.name for e in _entries_from(registry, str(registry))]
         if is_run_dir(folder) and names:  # a training run's folder: the model it registered
@@ -176,6 +208,8 @@ def resolve_model(name: str, cwd: Path | None = None, storage_root: Path | None 
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         raise PlaypenError(f"{folder.absolute()} is a folder with a model registry ({shown or 'empty'}), not a "
                            f"model; name the model, e.g. {names[-1] if names else '<model>'}")
+    if name not in {e.name for e in entries} and all(e.source != CLEMCORE for e in entries):
+        entries = entries + clemcore_entries()  # a name only clem knows (gpt-4o, mock, ...)
     for entry in entries:
         if entry.name == name:
             target = _fallback_for(entry, entries)

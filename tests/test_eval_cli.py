@@ -12,7 +12,7 @@ import pytest
 
 from playpen.cli import main
 from playpen.games.instances import read_instances, spread
-from playpen.eval.model_specs import checkpoint_spec, resolve_eval_model
+from playpen.models.specs import checkpoint_spec, resolve_eval_model
 from playpen.models.tiny import ensure_tiny_model
 
 FAST = ["--instances", "2", "-L", "24"]

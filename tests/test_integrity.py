@@ -319,8 +319,8 @@ def test_eval_of_a_folder_that_holds_no_model(capsys, home):
     cases = [
         ("", "no model given: name a registered model (`playpen list models`), a training run folder or a "
              "checkpoint folder"),
-        (".", f"{home} is a folder with a model registry (mine-a, mine-b), not a model; name the model to "
-              f"evaluate, e.g. playpen eval mine-b"),
+        (".", f"{home} is a folder with a model registry (mine-a, mine-b), not a model; name the model, "
+              f"e.g. mine-b"),
         (str(home), f"{home} is a folder with a model registry (mine-a, mine-b), not a model"),
         ("empty", f"no config.json in {home / 'empty'}: the folder holds no model, checkpoint"),
     ]

@@ -19,7 +19,7 @@ from playpen.games.instances import load_instances
 from playpen.rollout import Episode, LocalPolicy, RolloutEngine, preference_pairs
 from playpen.rollout.episode import BranchInfo
 from playpen.rollout.generation import Sequence, generate
-from playpen.rollout.records import EpisodeRecord, RecordWriter
+from playpen.records import EpisodeRecord, RecordWriter
 from tests.conftest import engine
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from playpen.errors import PlaypenError
-from playpen.eval.model_specs import resolve_eval_model
+from playpen.models.specs import resolve_eval_model
 from playpen.eval.sweep import (Cell, aggregate, cell_state, format_status, load_sweep, run_cell, run_local,
                                 status)
 from playpen.models.tiny import ensure_tiny_model

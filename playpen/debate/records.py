@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from playpen.records import interactions_files
+
 GAMES = ("debate", "consultancy")
 
 
@@ -66,7 +68,7 @@ def read_episode(path: Path) -> Episode | None:
 
 
 def episodes_under(folder: Path) -> list[Episode]:
-    found = (read_episode(p) for p in sorted(Path(folder).rglob("interactions.json")))
+    found = (read_episode(p) for p in interactions_files(folder))
     return [e for e in found if e is not None]
 
 

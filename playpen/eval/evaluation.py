@@ -8,7 +8,7 @@ Results layout (clemcore's, so `clem score`, `clem transcribe` and `clem eval` w
     <results_dir>/<model>.val.json, raw.csv, results.csv, results.html
 
 `model` is a registry name, a training run directory, or a checkpoint folder (`<run>/checkpoints/checkpoint-<step>`,
-adapter or full weights; see playpen.eval.model_specs). Games are played through playpen's rollout engine for local
+adapter or full weights; see playpen.models.specs). Games are played through playpen's rollout engine for local
 Hugging Face models, and through clemcore's own runner for every other backend (API models) or on request.
 """
 from __future__ import annotations
@@ -23,10 +23,11 @@ from pathlib import Path
 from playpen.defaults import BATCH_SIZE, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
 from playpen.eval.clemlog import clemcore_log, library_bars
-from playpen.eval.model_specs import model_folder, resolve_eval_model
 from playpen.games.instances import instances_file, read_instances, spread
 from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
-from playpen.registry import check_remote_key
+from playpen.models import service
+from playpen.models.specs import model_folder
+from playpen.records import interactions_files
 from playpen.storage import (atomic_write_json, check_location, exclusive_folder, move_tree, not_a_link, path_under,
                              remove_tree, timestamp)
 
@@ -70,15 +71,9 @@ class ClemcorePlayer:
     def model(self):
         """clemcore's Model for the spec (for huggingface_local: `.model` and `.tokenizer` are the HF objects)."""
         if self._model is None:
-            from clemcore.backends import BackendRegistry, ModelSpec
-
-            if self.spec.get("backend") == "huggingface_local":
-                _ensure_packaged_weights(self.spec)
             # (clemcore's HF backend pins torch to one CPU thread; kept: on shared CPUs more threads were 10-20x
             # slower for small models here, and on GPU it does not matter)
-            backend = BackendRegistry.from_packaged_and_cwd_files().get_backend_for(self.spec["backend"])
-            self._model = backend.get_model_for(ModelSpec.from_dict(self.spec))
-            self._model.set_gen_args(max_tokens=self.max_tokens, temperature=self.temperature)
+            self._model = service.load_player(self.spec, self.max_tokens, self.temperature)
         return self._model
 
     def play(self, entry: GameEntry, pairs: list[tuple[dict, dict]], results_dir: Path) -> None:
@@ -149,14 +144,6 @@ def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int
     return ClemcorePlayer(spec, max_tokens, temperature, batch_size, seed, verbose)
 
 
-def _ensure_packaged_weights(spec: dict) -> None:
-    """Build or convert a packaged model (playpen-tiny, smollm2-135m-instruct-q4) on first use (e.g. on a fresh
-    cluster node), never download it; the spec then names this machine's copy."""
-    from playpen.models import ensure_packaged_weights
-
-    ensure_packaged_weights(spec, log=_stderr)
-
-
 # ---------------------------------------------------------------- scoring and tables
 
 def score_game(entry: GameEntry, game_dir: Path, verbose: bool = False) -> int:
@@ -167,7 +154,7 @@ def score_game(entry: GameEntry, game_dir: Path, verbose: bool = False) -> int:
         stale.unlink()
     # episodes that broke off with an error (error.json from the rollout engine) are not scored: like clemcore's
     # runner, which records no episode that raised, they count as missing, not as played or aborted
-    interactions = sorted(p for p in game_dir.rglob("interactions.json") if not (p.parent / "error.json").exists())
+    interactions = interactions_files(game_dir, finished=True)
     if interactions:
         with GameBenchmark.load_from_spec(entry.clem_spec()) as benchmark, library_bars(verbose):
             benchmark.compute_scores(interactions)
@@ -197,7 +184,7 @@ def games_recorded(results_dir: Path, folder: str) -> list[str]:
     model_dir = results_dir / folder
     if not model_dir.is_dir():
         return []
-    return sorted(d.name for d in model_dir.iterdir() if d.is_dir() and next(d.rglob("interactions.json"), None))
+    return sorted(d.name for d in model_dir.iterdir() if d.is_dir() and interactions_files(d))
 
 
 def write_val_json(results_dir: Path, spec: dict, extra: dict | None = None) -> dict:
@@ -244,8 +231,7 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
     started = time.time()
     if suite not in SUITES:
         raise PlaypenError(f"unknown suite '{suite}'; choose one of {', '.join(SUITES)}")
-    spec = resolve_eval_model(model)
-    check_remote_key(spec, "model")  # an API model without its key.json entry: one line, before anything runs
+    spec = service.resolve(model, "model")  # an API model without its key.json entry: one line, before anything runs
     folder = model_folder(spec)
     results = Path(check_location(str(results_dir), "-r")) if results_dir else \
         Path(DEFAULT_RESULTS_ROOT) / timestamp()

@@ -24,6 +24,7 @@ from typing import Iterable
 import numpy as np
 
 from playpen.games.scores import ABORTED, LOSE, SUCCESS, main_score
+from playpen.records import episode_location
 
 SCORES_FILE = "scores.json"
 
@@ -80,8 +81,8 @@ def read_scores_file(path: str | Path) -> dict:
 
 
 def episode_from_path(path: Path) -> EpisodeScores:
-    model, game, experiment, episode = path.parts[-5:-1]  # same parsing as clemeval.parse_directory_name
-    return EpisodeScores(model, game, experiment, episode, read_scores_file(path))
+    where = episode_location(path)  # same parsing as clemeval.parse_directory_name
+    return EpisodeScores(where.model_dir, where.game, where.experiment, where.episode, read_scores_file(path))
 
 
 def load_episode_scores(root: str | Path, model: str | None = None,
@@ -92,8 +93,8 @@ def load_episode_scores(root: str | Path, model: str | None = None,
     for path in sorted(Path(root).rglob(SCORES_FILE)):
         if len(path.relative_to(root).parts) < 5:
             continue
-        model_dir, game = path.parts[-5], path.parts[-4]
-        if (model is None or model_dir == model) and (games is None or game in games):
+        where = episode_location(path)
+        if (model is None or where.model_dir == model) and (games is None or where.game in games):
             episodes.append(episode_from_path(path))
     return episodes
 

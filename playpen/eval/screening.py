@@ -49,8 +49,8 @@ def screen(model: str, game: str, output: str | Path, split: str = "train", samp
     from playpen.games.instances import load_instances
     from playpen.rollout import RolloutEngine
     from playpen.storage import atomic_write_json, not_a_link
-    from playpen.models.modeling import resolve_model_spec
-    from playpen.train.players import frozen_policy
+    from playpen.models.service import load_frozen, resolve_local
+    from playpen.rollout import LocalPolicy
 
     if samples < 2 or temperature <= 0:
         raise PlaypenError(f"screening needs at least 2 samples at a temperature > 0 (got -k {samples}, "
@@ -62,8 +62,10 @@ def screen(model: str, game: str, output: str | Path, split: str = "train", samp
     if not pairs:
         raise PlaypenError(f"game {game} has no instances in set {split}")
     partner = expert_model(seed=seed) if teacher == "programmatic" else teacher
-    engine = RolloutEngine(frozen_policy(resolve_model_spec(model)), teacher=partner, teacher_seats=teacher_seats,
-                           max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size, seed=seed)
+    spec = resolve_local(model, role=None)
+    engine = RolloutEngine(LocalPolicy(*load_frozen(spec), name=spec["model_name"]), teacher=partner,
+                           teacher_seats=teacher_seats, max_new_tokens=max_new_tokens, temperature=temperature,
+                           batch_size=batch_size, seed=seed)
     rates = pass_rates(engine.play(game, pairs, group_size=samples))
     data, kept = screened_file(pairs, rates)
     if not kept:

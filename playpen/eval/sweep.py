@@ -86,7 +86,7 @@ def _checkpoints(run_dir: Path) -> list[Path]:
 
 def _run_models(sel: RunSelector, where: str) -> list[dict]:
     """(label, spec, step, checkpoint) for every selected checkpoint of one run."""
-    from playpen.eval.model_specs import base_spec_for, checkpoint_spec, is_checkpoint
+    from playpen.models.specs import base_spec_for, checkpoint_spec, is_checkpoint
     from playpen.registry import resolve_model
 
     run_dir = Path(sel.path).expanduser().absolute()
@@ -194,7 +194,7 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
     nothing is written. The sweep dir is output_dir, else <storage_root>/sweeps/<name> with the file's
     storage_root, else the `storage_root` argument (e.g. a cluster profile's), else $PLAYPEN_STORAGE or ./runs."""
     from playpen.config import load_config
-    from playpen.eval.evaluation import resolve_eval_model
+    from playpen.models.specs import resolve_eval_model
     from playpen.games.instances import instances_file
     from playpen.games.registry import is_selector, select_games
 

@@ -8,169 +8,25 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
-from typing import Any
 
 from playpen.config import check_keys, config_file, read_text
 from playpen.errors import PlaypenError
-from playpen.models import ensure_packaged_weights
-from playpen.registry import MODEL_REGISTRY_FILE, model_entries, resolve_model
-from playpen.distributed import dist_info, has_cuda
+from playpen.models.loading import (CPU_BF16_MIN_PARAMETERS, QUANTIZATION, autocast_bf16, bnb_config,  # noqa: F401
+                                    check_quantization, count_parameters, cpu_supports_bf16, load_model, load_tokenizer,
+                                    model_dtype, spec_quantization)
 
 # The seed's LoRA: `lora: {}` in a config means exactly this; keys given there override single fields.
 DEFAULT_LORA = dict(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")
-QUANTIZATION = ("4bit", "8bit")
 
 
 # ---------------------------------------------------------------- models
 
 def resolve_model_spec(name: str) -> dict:
-    """A registry entry (clemcore ModelSpec dict) or, for a local Hugging Face folder, a minimal spec for it."""
-    path = Path(name).expanduser()
-    if "/" in name and path.is_dir() and (path / "config.json").is_file():
-        return {"model_name": path.name, "backend": "huggingface_local", "huggingface_id": str(path.absolute()),
-                "model_config": {}}
-    if path.is_dir() and not (path / MODEL_REGISTRY_FILE).is_file() and name not in {e.name for e in model_entries()}:
-        raise PlaypenError(f"no config.json in {path.absolute()}: the folder holds no model; name a registered model "
-                           f"(`playpen list models`), a Hugging Face model folder or a training run folder")
-    spec = ensure_packaged_weights(resolve_model(name))  # playpen-tiny, smollm2-135m-instruct-q4: made on first use
-    if spec.get("backend") != "huggingface_local" or not spec.get("huggingface_id"):
-        raise PlaypenError(f"model '{name}' uses backend '{spec.get('backend')}'; only huggingface_local models "
-                           f"can be trained (pick a local model, e.g. playpen-tiny)")
-    return spec
+    """The spec of a model transformers loads here (registry name, run, checkpoint or Hugging Face folder), from
+    the model service."""
+    from playpen.models.service import resolve_local
 
-
-def check_quantization(quantization: str | None) -> None:
-    """Fail early, in one line, where bitsandbytes cannot load or cannot quantize on this machine."""
-    if quantization is None:
-        return
-    if quantization not in QUANTIZATION:
-        raise PlaypenError(f"quantization: expected one of {', '.join(QUANTIZATION)} or null, got {quantization!r}")
-    try:
-        import torch
-        import bitsandbytes.functional as F
-
-        probe = torch.randn(64, 64, device="cuda" if has_cuda() else "cpu")
-        if quantization == "4bit":
-            F.quantize_4bit(probe, quant_type="nf4")
-        else:
-            F.int8_vectorwise_quant(probe.half() if has_cuda() else probe)
-    except Exception as e:  # ImportError, missing native library, unsupported device ...
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise PlaypenError(f"quantization: {quantization} needs bitsandbytes, which cannot load here ({reason}); "
-                           f"set quantization=null or install a working bitsandbytes") from None
-
-
-def spec_quantization(spec: dict) -> str | None:
-    """The bitsandbytes quantization a model spec asks for (clemcore's model_config load_in_4bit/8bit), or None."""
-    model_config = spec.get("model_config") or {}
-    return "4bit" if model_config.get("load_in_4bit") else "8bit" if model_config.get("load_in_8bit") else None
-
-
-def bnb_config(quantization: str, compute_dtype):
-    from transformers import BitsAndBytesConfig
-
-    if quantization == "4bit":
-        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                                  bnb_4bit_compute_dtype=compute_dtype, bnb_4bit_quant_storage=compute_dtype)
-    return BitsAndBytesConfig(load_in_8bit=True)
-
-
-def model_dtype(dtype: str, full_finetune: bool, deepspeed: bool):
-    """"auto": float32 on CPU; bfloat16 on GPUs for adapters and DeepSpeed, float32 master weights otherwise."""
-    import torch
-
-    names = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if dtype != "auto":
-        if dtype not in names:
-            raise PlaypenError(f"dtype: expected auto, {', '.join(names)}; got {dtype!r}")
-        return names[dtype]
-    if not has_cuda():
-        return torch.float32
-    if full_finetune and not deepspeed:
-        return torch.float32
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-
-
-# Below this size a CPU step is bound by per-op overhead, not arithmetic: bf16 autocast gains nothing (measured:
-# playpen-tiny, 1M parameters, 0.04 s a LoRA step either way) while it changes the numbers every test expects.
-CPU_BF16_MIN_PARAMETERS = 50_000_000
-
-
-def cpu_supports_bf16() -> bool:
-    """AVX512-BF16 or AMX: the CPU computes bf16 matrix products natively (elsewhere torch emulates them slowly)."""
-    import torch
-
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-
-
-def count_parameters(path: str) -> int:
-    """The model's parameter count from its config alone (built on the meta device: no weights read)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.from_pretrained(path)
-    with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config).num_parameters()
-
-
-def autocast_bf16(requested: bool | None, path: str, quantization: str | None, deepspeed: bool) -> bool:
-    """Whether training runs its forward and backward under bf16 autocast (weights stay as loaded: float32 master
-    weights on CPU). `requested` is `trainer.bf16` when the config sets it; unset, it is decided here: on GPUs
-    with bf16, always; on CPUs that compute bf16 natively, for models large enough to gain (SmolLM2-135M, LoRA
-    forward+backward of 8x128 tokens, side by side: 1.85 s vs 4.2 s in float32, losses 13.7741 vs 13.7754;
-    bench/bench_precision.py measures whole SFT and GRPO steps), except with bitsandbytes or DeepSpeed, whose CPU
-    paths are tested in float32 only."""
-    import torch
-
-    if requested is not None:
-        return bool(requested)
-    if has_cuda():
-        return torch.cuda.is_bf16_supported()
-    return (cpu_supports_bf16() and not quantization and not deepspeed
-            and count_parameters(path) >= CPU_BF16_MIN_PARAMETERS)
-
-
-def load_tokenizer(path: str):
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    if tokenizer.chat_template is None:
-        raise PlaypenError(f"model {path} has no chat template; playpen trains chat models only")
-    return tokenizer
-
-
-def load_model(path: str, quantization: str | None, dtype, peft_model: str | None = None, trainable: bool = True,
-               num_labels: int | None = None):
-    """AutoModelForCausalLM (optionally 4/8-bit), plus an existing adapter when the spec names one; with
-    `num_labels` an AutoModelForSequenceClassification with that many outputs (reward models)."""
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-
-    kwargs: dict[str, Any] = {"dtype": dtype}
-    if num_labels is not None:
-        kwargs["num_labels"] = num_labels
-    if quantization:
-        kwargs["quantization_config"] = bnb_config(quantization, dtype)
-        if has_cuda():
-            kwargs["device_map"] = {"": dist_info()[2]}
-    auto_class = AutoModelForCausalLM if num_labels is None else AutoModelForSequenceClassification
-    model = auto_class.from_pretrained(path, **kwargs)
-    if quantization == "4bit" and not has_cuda():
-        # bitsandbytes repacks 4-bit weights into an inference-only CPU format on the first eval-mode no-grad
-        # forward (rollouts!); training afterwards breaks on layers with a bias. Keep the trainable format.
-        for module in model.modules():
-            if hasattr(module, "support_avx512bf16_for_cpu"):
-                module.support_avx512bf16_for_cpu = False
-    if peft_model:
-        from peft import PeftModel
-
-        if not Path(peft_model).is_dir():
-            raise PlaypenError(f"model_config.peft_model {peft_model} does not exist")
-        model = PeftModel.from_pretrained(model, peft_model, is_trainable=trainable)
-    model.config.use_cache = not trainable
-    return model
+    return resolve_local(name, role=None)
 
 
 def linear_module_names(model) -> list[str]:

@@ -64,11 +64,11 @@ def check_settings(args: argparse.Namespace):
 
 
 def check_inputs(args: argparse.Namespace):
-    from playpen.models.modeling import resolve_model_spec
+    from playpen.models.service import resolve_local
 
     prompts, scorer = check_settings(args)
     models = [args.model] + ([args.compare] if args.compare else [])
-    specs = [resolve_model_spec(name) for name in models]
+    specs = [resolve_local(name, role=None) for name in models]
     for name, spec in zip(models, specs):
         if spec.get("method") == "reward":
             raise PlaypenError(f"{name} is a reward model (a classifier), not a generator; meter it with "
@@ -93,19 +93,10 @@ def generate(spec: dict, prompts: list[list[dict]], samples: int, max_new_tokens
     """(prompt index, sample index, completion) for every prompt x sample, sampled in batches."""
     import torch
 
-    from playpen import distributed
-    from playpen.models import modeling
+    from playpen.models.service import load_frozen
 
-    tokenizer = modeling.load_tokenizer(spec["huggingface_id"])
+    model, tokenizer = load_frozen(spec)
     tokenizer.padding_side = "left"
-    model_config = spec.get("model_config") or {}
-    quantization = modeling.spec_quantization(spec)
-    dtype = torch.bfloat16 if distributed.has_cuda() else torch.float32
-    model = modeling.load_model(spec["huggingface_id"], quantization, dtype,
-                                peft_model=model_config.get("peft_model"), trainable=False)
-    model.eval()
-    if distributed.has_cuda() and not quantization:
-        model.to("cuda")
     sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 \
         else dict(do_sample=False)
     torch.manual_seed(seed)

@@ -120,11 +120,12 @@ def _episode_value(meta: dict) -> float | None:
 def pairs_from_records(folder: str, where: str, game: str | None = None) -> list[dict]:
     """Pairs from the player views of episodes of the same instance under a records or results folder."""
     from playpen.data import episode_rows
+    from playpen.records import interactions_files
 
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise PlaypenError(f"{where}: records folder {folder} not found (a run's playpen-records or clem results)")
-    files = sorted(root.rglob("interactions.json"))
+    files = interactions_files(root)
     if not files:
         raise PlaypenError(f"{where}: no interactions.json under {folder}")
     groups: dict[tuple, list[tuple[float, list[dict]]]] = defaultdict(list)

@@ -105,10 +105,9 @@ def _model_files(name: str, what: str) -> tuple[str, str | None, dict]:
     path = Path(name).expanduser()
     if path.is_dir() and (path / "config.json").is_file():
         return str(path.absolute()), None, {}
-    from playpen.models import ensure_packaged_weights
-    from playpen.registry import resolve_model
+    from playpen.models.service import resolve
 
-    spec = ensure_packaged_weights(resolve_model(name))  # unknown names: one line with suggestions
+    spec = resolve(name, role=None)  # unknown names: one line with suggestions
     if spec.get("backend") != "huggingface_local" or not spec.get("huggingface_id"):
         raise PlaypenError(f"{what} {name} uses backend '{spec.get('backend')}', not a local sequence classifier")
     folder = Path(spec["huggingface_id"]).expanduser()

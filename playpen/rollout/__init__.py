@@ -4,7 +4,7 @@
     from playpen.games.instances import load_instances
 
 See engine.py (scheduling), generation.py (batched KV-cached sampling), episode.py (Episode and the token
-invariant), records.py (playpen-records layout), branching.py (DPO pairs). Games and their instances come from
+invariant), playpen.records (the records layout), branching.py (DPO pairs). Games and their instances come from
 playpen.games (registry.py, instances.py).
 """
 from playpen.rollout.branching import preference_pairs

@@ -41,9 +41,9 @@ from playpen.rollout.episode import (GAME_ENDED_CONTEXT, BranchInfo, Conversatio
                                      reward_from)
 from playpen.rollout.generation import generate
 from playpen.games.instances import game_entry, load_benchmark, normalize
-from playpen.rollout.policy import LocalPolicy, PolicyModel, clean_reply, model_identifier
+from playpen.records import EpisodeRecord, RecordWriter, model_identifier, preferred_name
 from playpen.rollout.live import Job, LiveEpisode, PlaySession, Snapshot
-from playpen.rollout.records import EpisodeRecord, RecordWriter, preferred_name
+from playpen.rollout.policy import LocalPolicy, PolicyModel, clean_reply
 
 # clemcore's recorder reads clemcore's version from the package metadata for every episode (~1 ms, 2 % of a
 # playpen-tiny GRPO step); the version cannot change while we run.
@@ -140,12 +140,10 @@ class RolloutEngine:
         if isinstance(teacher, str):
             if teacher in backends.ModelSpec.PROGRAMMATIC_SPECS:
                 return backends.CustomResponseModel()
-            from playpen.models import ensure_packaged_weights
-            from playpen.registry import resolve_model
+            from playpen.models import service
 
-            spec = backends.ModelSpec.from_dict(ensure_packaged_weights(resolve_model(teacher)))
-            return backends.load_model(spec, dict(max_tokens=self.max_new_tokens,
-                                                  temperature=self.teacher_temperature))
+            return service.load_player(service.resolve(teacher, "teacher"), self.max_new_tokens,
+                                       self.teacher_temperature)
         if isinstance(teacher, backends.Model):
             if "max_tokens" not in teacher.gen_args or "temperature" not in teacher.gen_args:
                 teacher.set_gen_args(**{"max_tokens": self.max_new_tokens, "temperature": self.teacher_temperature,

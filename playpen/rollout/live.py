@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from clemcore.clemgame import GameInteractionsRecorder
 
 from playpen.rollout.episode import BranchInfo
-from playpen.rollout.records import RecordWriter
+from playpen.records import RecordWriter
 
 
 @dataclass

@@ -8,7 +8,6 @@ engine, e.g. in clemcore's own runners.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -171,17 +170,3 @@ class PolicyModel(backends.BatchGenerativeModel):
     def generate_batch_response(self, batch_messages: list[list[dict]]) -> list[tuple[Any, Any, str]]:
         texts = self.policy.generate_texts(batch_messages, self.max_tokens, self.temperature)
         return [({"inputs": m}, {"response": t}, t) for m, t in zip(batch_messages, texts)]
-
-
-def model_identifier(names: list[str]) -> str:
-    """clemcore's folder name for the players (Model.to_identifier): 'a', 'a--b', or a hashed group name."""
-    import hashlib
-
-    joined = "--".join(names)
-    if len(names) <= 2:
-        return _safe(joined)
-    return f"group-{len(names)}p-{hashlib.sha1(joined.encode()).hexdigest()[:8]}"
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", name).strip("._") or "model"

@@ -69,7 +69,7 @@ def plan_train(args: argparse.Namespace, profile: ClusterProfile, config: str, r
 def plan_eval(args: argparse.Namespace, profile: ClusterProfile, config: str, res: exe.Resources) -> Plan:
     if res.nodes > 1:
         raise PlaypenError("eval runs on one node; drop --nodes (use a sweep to spread models over nodes)")
-    from playpen.eval.model_specs import resolve_eval_model
+    from playpen.models.specs import resolve_eval_model
     from playpen.games.registry import select_games
 
     spec = load_config(jobs.EvalSpec, config, list(args.overrides))

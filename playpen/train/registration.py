@@ -14,10 +14,10 @@ from playpen.train.reruns import FINAL_DIR, FINISHED_FILE, REGISTRY_FILE
 
 def registry_entry(session: Session, final_dir: Path, adapter: bool) -> dict:
     """clemcore ModelSpec for the trained model: the base model plus peft_model, or the full weights."""
-    from playpen.registry import model_entries
+    from playpen.models import service
 
     spec = copy.deepcopy(session.spec)
-    raw = next((e.spec for e in model_entries() if e.name == session.cfg.model), None)
+    raw = service.registered_entry(session.cfg.model)
     if raw and "{" in str(raw.get("huggingface_id", "")):  # a placeholder such as {playpen_models}
         spec["huggingface_id"] = raw["huggingface_id"]  # stays valid on other machines / containers
     name = f"{session.cfg.experiment}-{session.run.path.name}"

@@ -28,7 +28,7 @@ import importlib
 from playpen import distributed
 from playpen.config import load_config
 from playpen.errors import PlaypenError
-from playpen.models import modeling
+from playpen.models import modeling, service
 from playpen.storage import RunDir, checkpoints_in, storage_full
 from playpen.train import METHODS, trl_args
 from playpen.train.checkpoints import CheckpointAsFinal, load_state
@@ -55,12 +55,13 @@ def check_config(recipe: Recipe, cfg, where: str) -> str | None:
         raise PlaypenError(f"{where}: quantization: {cfg.quantization} trains adapters only; set lora: {{}} "
                            f"(QLoRA) or quantization: null")
     if getattr(cfg, "teacher", None) and cfg.teacher != "programmatic":  # (the built-in games' experts)
-        from playpen.registry import check_remote_key, resolve_model
+        from playpen.models.service import resolve
 
-        check_remote_key(resolve_model(cfg.teacher), "teacher")
+        resolve(cfg.teacher, "teacher")
     return modeling.resolve_deepspeed(cfg.deepspeed, where)
 
 
+@service.once  # the learner and the teacher are resolved once per run (checked, loaded, registered)
 def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
     recipe = load_recipe(method)
     cfg = load_config(recipe.Config, config_path, overrides)
@@ -134,10 +135,7 @@ def _build(session: Session) -> None:
     cfg = session.cfg
     spec = session.spec
     model_config = spec.get("model_config", {})
-    quantization = cfg.quantization or modeling.spec_quantization(spec)
-    if quantization != cfg.quantization:
-        modeling.check_quantization(quantization)
-        cfg.quantization = quantization
+    cfg.quantization = quantization = service.quantization(spec, cfg.quantization)  # decided once, here
     session.args = session.make_args()  # (after quantization is known: it decides bf16 autocast on CPU)
     _ = session.args.device  # initializes the process group under torchrun (gloo on CPU)
     transformers.set_seed(cfg.seed)

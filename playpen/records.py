@@ -1,11 +1,14 @@
-"""playpen-records: every episode in clem's results layout, written atomically by a background thread.
+"""Episode records in clem's results layout: the one module that writes them (the rollout engine's playpen-records,
+eval's results) and says where their parts are (`playpen data`, reward pairs, eval's scoring, the debate tools).
 
     <records_dir>/<models>/<records_tag>/<game>/<experiment>/experiment.json
                                                        .../instance_00012/{instance.json, interactions.json,
                                                                             scores.json}
 
-`<models>` is clemcore's name for the players (`learner`, or `learner--teacher`); without a tag the tag level
-is left out, which is exactly `clem run`'s layout. `clem score`, `clem transcribe` and `clem eval` read these.
+`<models>` is clemcore's name for the players (`learner`, or `learner--teacher`: `model_identifier`, read back by
+`model_names`); without a tag the tag level is left out, which is exactly `clem run`'s layout (`clem score`,
+`clem transcribe` and `clem eval` read these; clembench's runs name episodes `episode_N` and experiments
+`N_name`: `episode_location` reads both).
 
 No clobbering: an episode folder is claimed with `mkdir` (atomic, also on NFS), so each claimed folder has
 exactly one writer. The preferred name is `instance_<game_id>` (`_g<k>` for the k-th copy of a group, `_b<k>`
@@ -14,7 +17,10 @@ name gets `.1`, `.2`, ... Files are written to a temp file and renamed, so reade
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import queue
+import re
 import threading
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,6 +29,67 @@ from pathlib import Path
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json
 
+
+INTERACTIONS, SCORES, INSTANCE, EXPERIMENT, ERROR = (
+    "interactions.json", "scores.json", "instance.json", "experiment.json", "error.json")
+
+
+# ---------------------------------------------------------------- names and places
+
+def model_identifier(names: list[str]) -> str:
+    """clemcore's folder name for the players (Model.to_identifier): 'a', 'a--b', or a hashed group name."""
+    joined = "--".join(names)
+    if len(names) <= 2:
+        return re.sub(r"[^A-Za-z0-9._=+-]+", "_", joined).strip("._") or "model"
+    return f"group-{len(names)}p-{hashlib.sha1(joined.encode()).hexdigest()[:8]}"
+
+
+def model_names(folder: str) -> list[str]:
+    """The players' model names in a results folder name ('a-t0.0--b-t0.0': clembench's runs add the temperature)."""
+    return [re.sub(r"-t\d+(\.\d+)?$", "", m) for m in folder.split("--")]
+
+
+@dataclass(frozen=True)
+class EpisodeLocation:
+    """What an episode file's place says: <model_dir>/<game>/<experiment>/<episode>/<file>."""
+    model_dir: str
+    game: str
+    experiment: str  # as the folder is named (clembench: "0_high_en")
+    episode: str
+
+    @property
+    def experiment_name(self) -> str:
+        return re.sub(r"^\d+_", "", self.experiment)
+
+    @property
+    def task_id(self) -> int | None:
+        number = re.search(r"(\d+)", self.episode)
+        return int(number.group(1)) if number else None
+
+
+def episode_location(path: Path) -> EpisodeLocation:
+    """The location of an episode's file (interactions.json, scores.json, ...), as clemeval parses it."""
+    model_dir, game, experiment, episode = Path(path).parts[-5:-1]
+    return EpisodeLocation(model_dir, game, experiment, episode)
+
+
+def interactions_files(root: str | Path, finished: bool = False) -> list[Path]:
+    """Every episode's interactions.json under `root`, in path order; `finished`: not those that broke off with an
+    error (error.json from the rollout engine), which clem's runner would not have recorded at all."""
+    files = sorted(Path(root).rglob(INTERACTIONS))
+    return [p for p in files if not (p.parent / ERROR).exists()] if finished else files
+
+
+def sidecar(path: Path, name: str, default=None):
+    """An episode's other file (instance.json, scores.json) beside its interactions.json, parsed; `default` when it
+    is missing or unreadable (clemcore writes bare NaN, which Python's json reads)."""
+    try:
+        return json.loads((Path(path).parent / name).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return default
+
+
+# ---------------------------------------------------------------- writing
 
 @dataclass
 class EpisodeRecord:
@@ -108,7 +175,7 @@ class RecordWriter:
 
     def write(self, record: EpisodeRecord) -> Path:
         experiment_dir = self.root / record.game / record.experiment["name"]
-        experiment_file = experiment_dir / "experiment.json"
+        experiment_file = experiment_dir / EXPERIMENT
         if not experiment_file.is_file():
             experiment_dir.mkdir(parents=True, exist_ok=True)
             config = {k: v for k, v in record.experiment.items() if k != "game_instances"}
@@ -116,12 +183,12 @@ class RecordWriter:
                           player_models=self.infos)
             atomic_write_json(experiment_file, config)
         path = claim_dir(experiment_dir, record.preferred)
-        atomic_write_json(path / "instance.json", record.instance)
-        atomic_write_json(path / "interactions.json", record.interactions)
+        atomic_write_json(path / INSTANCE, record.instance)
+        atomic_write_json(path / INTERACTIONS, record.interactions)
         if record.scores is not None:
-            atomic_write_json(path / "scores.json", record.scores)
+            atomic_write_json(path / SCORES, record.scores)
         if record.error:
-            atomic_write_json(path / "error.json", {"timestamp": datetime.now().isoformat(), "message": record.error})
+            atomic_write_json(path / ERROR, {"timestamp": datetime.now().isoformat(), "message": record.error})
         return path
 
 

@@ -1,4 +1,5 @@
-"""Which weights `playpen eval` and sweeps play: registry names, training runs and their checkpoints.
+"""What a name or folder means: registry names, training runs and their checkpoints, Hugging Face model folders
+(the one rule for eval, sweeps, training, teachers, the meter; playpen.models.service resolves through it).
 
 A checkpoint (`<run>/checkpoints/checkpoint-<step>/`, TRL's layout) is its base model plus the adapter in it
 (adapter_config.json), or the full weights in it (config.json). The base is the run's registered model
@@ -10,7 +11,7 @@ import json
 from pathlib import Path
 
 from playpen.errors import PlaypenError
-from playpen.registry import MODEL_REGISTRY_FILE, model_entries, resolve_model
+from playpen.registry import MODEL_REGISTRY_FILE, ModelEntry, model_entries, resolve_model
 from playpen.storage import NAME_RULE, check_name, checkpoint_step, checkpoints_in, is_run_dir
 
 def is_checkpoint(path: Path) -> bool:
@@ -58,10 +59,11 @@ def checkpoint_spec(ckpt: str | Path, base_spec: dict | None = None, name: str |
     return spec
 
 
-def resolve_eval_model(model: str | dict) -> dict:
-    """Registry name, run directory (its registered model, else its latest checkpoint), or checkpoint folder
-    → ModelSpec dict (a dict is taken as is). Any other folder is refused, even one holding a model registry
-    (`playpen eval .` in a project folder): which of its models was meant is not for playpen to guess."""
+def resolve_eval_model(model: str | dict, entries: list[ModelEntry] | None = None) -> dict:
+    """Registry name, run directory (its registered model, else its latest checkpoint), checkpoint folder or Hugging
+    Face model folder → ModelSpec dict (a dict is taken as is). Any other folder is refused, even one holding a model
+    registry (`playpen eval .` in a project folder): which of its models was meant is not for playpen to guess.
+    `entries`: the registries as already read."""
     if isinstance(model, dict):
         if not isinstance(model.get("model_name"), str) or "backend" not in model:
             raise PlaypenError("a model spec needs 'model_name' and 'backend' (clemcore ModelSpec format)")
@@ -69,11 +71,16 @@ def resolve_eval_model(model: str | dict) -> dict:
     if not model.strip():
         raise PlaypenError("no model given: name a registered model (`playpen list models`), a training run folder "
                            "or a checkpoint folder")
+    entries = entries if entries is not None else model_entries()
     path = Path(model).expanduser()
-    if not path.is_dir() or model in {e.name for e in model_entries()}:
-        return resolve_model(model)
+    if not path.is_dir() or model in {e.name for e in entries}:
+        return resolve_model(model, entries=entries)
     if is_run_dir(path) and (path / MODEL_REGISTRY_FILE).is_file():
-        return resolve_model(str(path))  # the model the run registered
+        return resolve_model(str(path), entries=entries)  # the model the run registered
+    if (path / "config.json").is_file() and not (path / "adapter_config.json").is_file() \
+            and path.parent.name != "checkpoints":  # a Hugging Face model folder, not a training checkpoint
+        return {"model_name": path.absolute().name, "backend": "huggingface_local",
+                "huggingface_id": str(path.absolute()), "model_config": {}}
     if is_checkpoint(path):
         return checkpoint_spec(path)
     steps = checkpoints_in(path / "checkpoints")
@@ -84,10 +91,10 @@ def resolve_eval_model(model: str | dict) -> dict:
         names = [e.name for e in model_entries(cwd=path) if e.source == str(registry)]
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         raise PlaypenError(f"{path.absolute()} is a folder with a model registry ({shown or 'empty'}), not a model; "
-                           f"name the model to evaluate, e.g. playpen eval {names[-1] if names else '<model>'}")
+                           f"name the model, e.g. {names[-1] if names else '<model>'}")
     raise PlaypenError(f"no config.json in {path.absolute()}: the folder holds no model, checkpoint "
                        f"(checkpoints/checkpoint-<step>/) or training run; name a registered model "
-                       f"(`playpen list models`) or one of those folders")
+                       f"(`playpen list models`), a Hugging Face model folder or one of those folders")
 
 
 def model_folder(spec: dict) -> str:
