@@ -59,7 +59,7 @@ def timed_parts():
     import trl
 
     import playpen.rollout.engine as engine
-    from bench_train import Timers  # (a sibling script: bench/ is on sys.path when run as a script)
+    from bench_train import Timers  # (a sibling script: Python puts the script's own folder first)
 
     timers = Timers()
     timers.wrap(engine, "generate", "rollout")
