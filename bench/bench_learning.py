@@ -352,7 +352,7 @@ def second_game(task: Task, name: str, tag: str, storage: Path, args) -> dict:
     from playpen.eval import evaluate as play_eval
 
     def run():
-        return play_eval(name, games=["arithmetic"], instances=args.second_instances, max_tokens=32,
+        return play_eval(name, games=["arithmetic"], instances=args.second_instances, max_new_tokens=32,
                          temperature=0.0, seed=0, log=lambda message: None,
                          results_dir=storage / "eval" / f"second-{tag}", instance_set="train")
 

@@ -2,7 +2,7 @@
 
     playpen list models [-v] | games [-v]
     playpen train {sft,dpo,grpo,reward} --config configs/... [key=value ...]
-    playpen run my_trainer.py -l LEARNER [-t TEACHER] [-L MAX_TOKENS] [-T TEMPERATURE]
+    playpen run my_trainer.py -l LEARNER [-t TEACHER] [-L MAX_NEW_TOKENS] [-T TEMPERATURE]
     playpen eval MODEL [-g GAME ...] [-r RESULTS_DIR] [--skip_gameplay]
     playpen data RESULTS_DIR -o dataset.jsonl [--game G] [--outcome success] [--model M]
     playpen meter MODEL --classifier C --prompts FILE [-n K] [--label L] [--compare OTHER]

@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import inspect
 import math
+import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -233,9 +234,34 @@ def signature_dataclass(func, name: str, skip: tuple[str, ...] = (), extra: tupl
     return dataclasses.make_dataclass(name, fields, frozen=True)
 
 
+# Old spellings of a setting → its one spelling: still accepted (config keys and flags), with one note per process.
+RENAMED = {"max_tokens": "max_new_tokens"}
+_NOTED: set[str] = set()
+
+
+def deprecated(old: str, new: str) -> None:
+    """One line on stderr the first time an old spelling is used in this process (not per key, file or job)."""
+    if old not in _NOTED:
+        _NOTED.add(old)
+        print(f"[playpen] note: {old} is deprecated; use {new}", file=sys.stderr)
+
+
+def renamed(data: dict, fields: typing.Iterable[str], where: str) -> dict:
+    """`data` with old key spellings (RENAMED) under their new names, for a schema that has the new one."""
+    fields = set(fields)
+    for old, new in RENAMED.items():
+        if old in data and old not in fields and new in fields:
+            if new in data:
+                raise PlaypenError(f"{where}: both {old} and {new} given; keep {new} only")
+            deprecated(old, new)
+            data = {(new if k == old else k): v for k, v in data.items()}
+    return data
+
+
 def build(cls: type[T], data: dict, where: str) -> T:
     """Build dataclass `cls` from `data`; `where` is "file.yaml" or "file.yaml: section" for messages."""
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    data = renamed(data, fields, where)
     check_keys(data, fields, where)
     hints = typing.get_type_hints(cls)
     kwargs = {name: coerce(value, hints[name], f"{where}: {name}") for name, value in data.items()}
@@ -251,9 +277,14 @@ def build(cls: type[T], data: dict, where: str) -> T:
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] = (), **defaults) -> T:
     """defaults < YAML file < key=value overrides."""
-    data = merge(defaults, load_yaml(path) if path else {})
-    data = merge(data, parse_overrides(list(overrides)))
-    return build(cls, data, str(path) if path else "overrides")
+    where = str(path) if path else "overrides"
+    fields = [f.name for f in dataclasses.fields(cls)]
+    # each layer renamed on its own: an old spelling in one layer overrides the new spelling in a lower one
+    layers = [defaults, load_yaml(path) if path else {}, parse_overrides(list(overrides))]
+    data: dict = {}
+    for layer in layers:
+        data = merge(data, renamed(layer, fields, where))
+    return build(cls, data, where)
 
 
 def to_dict(obj: Any) -> Any:

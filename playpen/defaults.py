@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from playpen.config import Bounds
+from playpen.config import Bounds, deprecated
 
 MAX_NEW_TOKENS = 300   # per reply when playing games to evaluate (clem's own default)
 TEMPERATURE = 0.0      # greedy
@@ -15,10 +15,10 @@ SEED = 0
 # The ranges of evaluate()'s numeric arguments, wherever they come from: `playpen eval`'s flags, `submit eval`
 # specs (playpen.submit.jobs.EvalSpec), sweep files (playpen.eval.sweep) and `playpen run`'s -L/-T.
 EVAL_BOUNDS = {
-    "max_tokens": Bounds(ge=1), "temperature": Bounds(ge=0, hint="0 is greedy"), "instances": Bounds(ge=1),
+    "max_new_tokens": Bounds(ge=1), "temperature": Bounds(ge=0, hint="0 is greedy"), "instances": Bounds(ge=1),
     "batch_size": Bounds(ge=1), "seed": Bounds(ge=0),
 }
-FLAGS = {"max_tokens": "-L/--max_tokens", "temperature": "-T/--temperature", "instances": "--instances",
+FLAGS = {"max_new_tokens": "-L/--max-new-tokens", "temperature": "-T/--temperature", "instances": "--instances",
          "batch_size": "-b/--batch_size", "seed": "--seed"}
 
 
@@ -27,3 +27,21 @@ def check_flags(args: argparse.Namespace) -> None:
     for name, flag in FLAGS.items():
         if hasattr(args, name):
             EVAL_BOUNDS[name].check(getattr(args, name), flag)
+
+
+class _OldSpelling(argparse.Action):
+    """An old flag spelling: still works, with the one deprecation note per process."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        deprecated(option_string.lstrip("-"), self.dest)
+        setattr(namespace, self.dest, values)
+
+
+def add_max_new_tokens(parser: argparse.ArgumentParser, default: int | None = MAX_NEW_TOKENS,
+                       help: str = "max new tokens per reply (default: %(default)s)") -> None:
+    """-L/--max-new-tokens, the one spelling of the generation length on every command line (dest max_new_tokens);
+    the old --max_tokens is accepted, hidden from --help."""
+    parser.add_argument("-L", "--max-new-tokens", dest="max_new_tokens", type=int, default=default, metavar="N",
+                        help=help)
+    parser.add_argument("--max_tokens", dest="max_new_tokens", type=int, action=_OldSpelling,
+                        help=argparse.SUPPRESS)

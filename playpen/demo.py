@@ -104,7 +104,7 @@ def main(args: argparse.Namespace) -> int:
             for seed in seeds:  # one line per evaluation, rewritten in place: eval's own lines stay off screen
                 print(f"\r[demo] {name} T={temperature:g}: evaluation {seed + 1}/{len(seeds)}", end="",
                       file=sys.stderr, flush=True)
-                vals.append(evaluate(model, games=[cfg.game], max_tokens=cfg.max_new_tokens,
+                vals.append(evaluate(model, games=[cfg.game], max_new_tokens=cfg.max_new_tokens,
                                      temperature=temperature, seed=seed, log=lambda message: None,
                                      results_dir=run.path / "eval" / f"{name}-T{temperature:g}-seed{seed}"))
             print(file=sys.stderr)

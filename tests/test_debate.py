@@ -227,7 +227,7 @@ def test_tournament_table_heatmap_and_rejudging(tmp_path):
     from playpen.debate import rejudge, tournament
 
     cfg = tournament.TournamentConfig(name="t", debaters=["playpen-tiny", "programmatic"],
-                                      judges=["programmatic", "playpen-tiny"], max_instances=2, max_tokens=24,
+                                      judges=["programmatic", "playpen-tiny"], max_instances=2, max_new_tokens=24,
                                       output_dir=str(tmp_path))
     result = tournament.run(cfg, log=lambda *_: None)
     folder = Path(result["dir"])
@@ -241,7 +241,7 @@ def test_tournament_table_heatmap_and_rejudging(tmp_path):
         same = [r for r in out["rows"] if r["recorded_judge"] == judge]
         assert len(same) == 4 and all(r["new_reply"] == r["recorded_reply"] and r["agree"] for r in same)
     assert playpen_main(["debate", "tournament", str(Path(__file__).parents[1] / "configs/debate/tournament_tiny.yaml"),
-                         f"output_dir={tmp_path}", "name=t", "max_instances=2", "max_tokens=24"]) == 0  # rerun
+                         f"output_dir={tmp_path}", "name=t", "max_instances=2", "max_new_tokens=24"]) == 0  # rerun
 
 
 def test_winning_transcripts_become_sft_rows(tmp_path):

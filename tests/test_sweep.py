@@ -36,7 +36,7 @@ def write_registry(folder: Path, broken: bool) -> None:
 
 def write_sweep(folder: Path, **overrides) -> Path:
     config = {"name": "two-by-two", "models": ["tiny-a", "tiny-b"], "games": ["wordle", "arithmetic"],
-              "max_instances": 2, "max_tokens": 16, "batch_size": 4, "output_dir": str(folder / "sweep"),
+              "max_instances": 2, "max_new_tokens": 16, "batch_size": 4, "output_dir": str(folder / "sweep"),
               **overrides}
     path = folder / "sweep.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -112,7 +112,7 @@ def test_dead_job_counts_as_failed_and_changed_settings_rerun(tiny, tmp_path, mo
     assert st["state"] == "failed" and "heartbeat" in st["error"]
     run_cell(sweep.dir, cell)
     assert cell_state(sweep.dir, cell)["state"] == "done"
-    changed = load_sweep(path, ["max_tokens=12"])
+    changed = load_sweep(path, ["max_new_tokens=12"])
     assert [c.key for c in changed.pending_cells()] == [cell.key]  # different settings: the result is stale
 
 

@@ -54,7 +54,7 @@ def test_tournament_matches_as_one_job_array(devcluster, tmp_path):  # noqa: F81
     aggregate job's table; the rerun submits nothing (every match is played)."""
     config = tmp_path / "tournament.yaml"
     config.write_text(f"name: t\ndebaters: [playpen-tiny, programmatic]\njudges: [programmatic]\n"
-                      f"max_instances: 1\nmax_tokens: 16\noutput_dir: {tmp_path / 'tournaments'}\n")
+                      f"max_instances: 1\nmax_new_tokens: 16\noutput_dir: {tmp_path / 'tournaments'}\n")
 
     def submit() -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "playpen.submit", "tournament", "--config", str(config),

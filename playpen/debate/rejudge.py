@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from playpen.debate.records import Episode, episodes_under, mean
-from playpen.defaults import MAX_NEW_TOKENS, TEMPERATURE
+from playpen.defaults import MAX_NEW_TOKENS, TEMPERATURE, add_max_new_tokens
 from playpen.errors import PlaypenError
 from playpen.games.debate import protocol as pr
 
@@ -85,12 +85,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("records_dir", type=Path)
     parser.add_argument("--judge", default=None, help="registry model name, or programmatic")
     parser.add_argument("-o", "--output", type=Path, default=None)
-    parser.add_argument("-L", "--max_tokens", type=int, default=MAX_NEW_TOKENS)
+    add_max_new_tokens(parser)
     parser.add_argument("-T", "--temperature", type=float, default=TEMPERATURE)
 
 
 def main(args) -> int:
-    result = rejudge(args.records_dir, args.judge, args.max_tokens, args.temperature, args.output)
+    result = rejudge(args.records_dir, args.judge, args.max_new_tokens, args.temperature, args.output)
     print(json.dumps(result["summary"], indent=2))
     return 0
 

@@ -38,7 +38,7 @@ class TournamentConfig:
     instances: str = "validation"        # instance set (validation: every seat is the model given for it)
     max_instances: int | None = 6        # per match, spread over experiments
     self_play: bool = False              # debate: also each debater against itself
-    max_tokens: int = MAX_NEW_TOKENS
+    max_new_tokens: int = MAX_NEW_TOKENS
     temperature: float = TEMPERATURE
     batch_size: int = BATCH_SIZE
     output_dir: Location = "runs/tournaments"  # the tournament folder is <output_dir>/<name>
@@ -74,7 +74,7 @@ def _model(name: str, cache: dict, cfg: TournamentConfig):
         else:
             from playpen.train.players import load_clemcore_model, resolve_player
 
-            cache[name] = load_clemcore_model(resolve_player(name, "tournament player"), cfg.max_tokens,
+            cache[name] = load_clemcore_model(resolve_player(name, "tournament player"), cfg.max_new_tokens,
                                               cfg.temperature)
     return cache[name]
 

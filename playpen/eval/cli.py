@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from playpen.defaults import BATCH_SIZE, MAX_NEW_TOKENS, SEED, TEMPERATURE, check_flags
+from playpen.defaults import BATCH_SIZE, SEED, TEMPERATURE, add_max_new_tokens, check_flags
 from playpen.eval.evaluation import PLAYERS, SUITES  # light: no torch
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,8 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip_gameplay", action="store_true", help="only rescore the records in --results_dir")
     parser.add_argument("--suite", choices=SUITES, default="all",
                         help="dialogue games (clemscore), static games (statscore), or both (default)")
-    parser.add_argument("-L", "--max_tokens", type=int, default=MAX_NEW_TOKENS,
-                        help="max new tokens per response (default: %(default)s)")
+    add_max_new_tokens(parser, help="max new tokens per response (default: %(default)s)")
     parser.add_argument("-T", "--temperature", type=float, default=TEMPERATURE,
                         help="sampling temperature (default: %(default)s)")
     parser.add_argument("--instances", type=int, default=None, metavar="N",
@@ -45,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
 
     check_flags(args)
     val = evaluate(args.model, games=args.games, results_dir=args.results_dir, skip_gameplay=args.skip_gameplay,
-                   suite=args.suite, max_tokens=args.max_tokens, temperature=args.temperature,
+                   suite=args.suite, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                    instances=args.instances, batch_size=args.batch_size, instance_set=args.instance_set,
                    player=args.player, seed=args.seed, verbose=args.verbose)
     print(format_val(val))

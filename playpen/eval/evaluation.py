@@ -212,7 +212,7 @@ def write_val_json(results_dir: Path, spec: dict, extra: dict | None = None) -> 
 # ---------------------------------------------------------------- the command
 
 def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str | Path | None = None,
-             skip_gameplay: bool = False, suite: str = "all", max_tokens: int = MAX_NEW_TOKENS,
+             skip_gameplay: bool = False, suite: str = "all", max_new_tokens: int = MAX_NEW_TOKENS,
              temperature: float = TEMPERATURE, instances: int | None = None,
              batch_size: int = BATCH_SIZE, instance_set: str = "validation", player: str = "auto",
              seed: int = 0, verbose: bool = False, log=None) -> dict:
@@ -264,7 +264,7 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
         log = log or _eval_log(verbose)
         kept = []  # games whose replay finished no episode: their earlier records stay
         if not skip_gameplay:
-            runner = make_player(spec, max_tokens, temperature, batch_size, player, seed, verbose)
+            runner = make_player(spec, max_new_tokens, temperature, batch_size, player, seed, verbose)
             staging = results / STAGING_DIR
             try:
                 for entry, path, pairs in plan:
@@ -278,7 +278,7 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
                         "game": entry.name, "game_path": str(entry.path), "source": entry.source,
                         "static": entry.static,
                         "instances_file": str(path), "instances": len(pairs), "instance_set": instance_set,
-                        "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
+                        "max_tokens": max_new_tokens, "temperature": temperature, "seed": seed,
                         "player": type(runner).__name__, "seconds": round(time.time() - game_started, 1)})
                     game_dir = path_under(results, folder, entry.name, what="game folder")
                     if score_game(entry, staged, verbose) or not game_dir.exists():

@@ -17,6 +17,7 @@ import argparse
 from collections import defaultdict
 from pathlib import Path
 
+from playpen.defaults import add_max_new_tokens
 from playpen.errors import PlaypenError
 
 
@@ -92,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-t", "--teacher", default=None, help="partner model, or programmatic (the game's expert)")
     parser.add_argument("--teacher-seats", type=int, nargs="+", default=None, help="seats the teacher holds")
     parser.add_argument("--instances", type=int, default=None, help="screen N instances (shuffled with --seed)")
-    parser.add_argument("-L", "--max-new-tokens", type=int, default=64)
+    add_max_new_tokens(parser, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("-b", "--batch-size", type=int, default=64)
 

@@ -1,6 +1,6 @@
 """Eval sweeps: models and training-run checkpoints × games (and × meters), one cell each, idempotent and resumable.
 
-    sweep = load_sweep("configs/sweeps/tiny.yaml", ["max_tokens=32"])   # all checks; nothing runs or is written
+    sweep = load_sweep("configs/sweeps/tiny.yaml", ["max_new_tokens=32"])   # all checks; nothing runs or is written
     cells = sweep.pending_cells()          # writes <sweep_dir>/sweep.json; cells that are not done (or running)
     for cell in cells: run_cell(sweep.dir, cell)      # what one job-array task does (picklable, cwd-independent)
     aggregate(sweep.dir)                   # sweep.csv, sweep.html, plots/*.png
@@ -63,7 +63,7 @@ class SweepConfig:
     instances: str = "validation"
     # generation settings of every cell: evaluate()'s arguments, in the same ranges
     max_instances: int | None = EVAL_BOUNDS["instances"].field(None)  # per game, spread over experiments (None: all)
-    max_tokens: int = EVAL_BOUNDS["max_tokens"].field(MAX_NEW_TOKENS)
+    max_new_tokens: int = EVAL_BOUNDS["max_new_tokens"].field(MAX_NEW_TOKENS)
     temperature: float = EVAL_BOUNDS["temperature"].field(TEMPERATURE)
     batch_size: int = EVAL_BOUNDS["batch_size"].field(BATCH_SIZE)
     player: str = "auto"  # auto (rollout engine for local HF models, else clemcore's runner) | engine | clemcore
@@ -242,7 +242,7 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
             keys.add(key)
             cells.append(Cell(key=key, model=m["model"], spec=m["spec"], game=entry.name,
                               game_path=str(entry.path.absolute()), game_spec=entry.spec, static=entry.static,
-                              instance_set=instance_set, max_instances=limit, max_tokens=config.max_tokens,
+                              instance_set=instance_set, max_instances=limit, max_tokens=config.max_new_tokens,
                               temperature=config.temperature, batch_size=config.batch_size, run=m["run"],
                               step=m["step"], checkpoint=m["checkpoint"], player=config.player))
     for name, settings in _meters(config.meters, where).items():

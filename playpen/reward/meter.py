@@ -23,6 +23,8 @@ import math
 import time
 from pathlib import Path
 
+from playpen.config import renamed
+from playpen.defaults import add_max_new_tokens
 from playpen.errors import PlaypenError
 from playpen.storage import check_location, exclusive_folder, not_a_link, slug, timestamp
 
@@ -38,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare", default=None, metavar="OTHER", help="meter a second model the same way")
     parser.add_argument("-o", "--output", type=Path, default=None, help="folder (default playpen-meter/<time>)")
     parser.add_argument("--threshold", type=float, default=None, help="report the share of scores above this")
-    parser.add_argument("--max-new-tokens", type=int, default=32)
+    add_max_new_tokens(parser, default=32)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--batch-size", type=int, default=16, help="prompts generated together (x samples)")
     parser.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
@@ -244,7 +246,9 @@ def parse_config(config: dict, where: str) -> argparse.Namespace:
 
     parser = Parser(prog="playpen meter", add_help=False)
     add_arguments(parser)
-    flags = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings}
+    flags = {a.dest: a.option_strings[-1] for a in parser._actions
+             if a.option_strings and a.help != argparse.SUPPRESS}  # not an old spelling's hidden flag
+    config = renamed(config, flags, where)
     if not config.get("model"):
         raise PlaypenError(f"{where}: missing required key model (the generator to meter)")
     argv = [str(config["model"])]

@@ -1,17 +1,16 @@
-"""`playpen run FILE -l LEARNER [-t TEACHER] [-L MAX_TOKENS] [-T TEMPERATURE]` (light at import)."""
+"""`playpen run FILE -l LEARNER [-t TEACHER] [-L MAX_NEW_TOKENS] [-T TEMPERATURE]` (light at import)."""
 from __future__ import annotations
 
 import argparse
 
-from playpen.defaults import MAX_NEW_TOKENS, TEMPERATURE
+from playpen.defaults import TEMPERATURE, add_max_new_tokens
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="a Python file defining a BasePlaypenTrainer subclass")
     parser.add_argument("-l", "--learner", required=True, help="learner model name (`playpen list models`)")
     parser.add_argument("-t", "--teacher", default=None, help="optional partner model name")
-    parser.add_argument("-L", "--max_tokens", type=int, default=MAX_NEW_TOKENS,
-                        help="token limit per reply (default %(default)s)")
+    add_max_new_tokens(parser, help="token limit per reply (default %(default)s)")
     parser.add_argument("-T", "--temperature", type=float, default=TEMPERATURE,
                         help="sampling temperature (default %(default)s)")
 
@@ -22,5 +21,5 @@ def main(args: argparse.Namespace) -> int:
 
     check_flags(args)  # -L and -T mean what they mean in `playpen eval`
 
-    run_trainer(args.file, args.learner, args.teacher, args.max_tokens, args.temperature)
+    run_trainer(args.file, args.learner, args.teacher, args.max_new_tokens, args.temperature)
     return 0

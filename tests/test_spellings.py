@@ -1,0 +1,107 @@
+"""One spelling of the generation length (issue 22): `max_new_tokens` in files, `-L/--max-new-tokens` on command
+lines. The old `max_tokens` / `--max_tokens` still work and print one deprecation note per process; the new
+spelling prints nothing. Nothing here loads a model."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from playpen import config as pconfig
+from playpen.cli import build_parser_for
+
+NOTE = "[playpen] note: max_tokens is deprecated; use max_new_tokens"
+
+
+@pytest.fixture(autouse=True)
+def fresh_process(monkeypatch):
+    monkeypatch.setattr(pconfig, "_NOTED", set())  # "once per process": each test is a process of its own
+
+
+def parse(argv: list[str]):
+    args, _ = build_parser_for(argv).parse_known_args(argv)
+    return args
+
+
+def notes(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if "deprecated" in line]
+
+
+COMMANDS = {  # a command line, without its -L
+    "eval": ["eval", "playpen-tiny"],
+    "run": ["run", "t.py", "-l", "playpen-tiny"],
+    "screen": ["screen", "playpen-tiny", "-g", "wordle", "-o", "x.jsonl"],
+    "meter": ["meter", "playpen-tiny", "--classifier", "vader", "--prompts", "p.jsonl"],
+    "debate rejudge": ["debate", "rejudge", "records"],
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_new_flag_spellings_and_no_note(capsys, command):
+    for flag in ("-L", "--max-new-tokens"):
+        assert parse(COMMANDS[command] + [flag, "7"]).max_new_tokens == 7
+    assert notes(capsys) == []
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_old_flag_works_with_one_note(capsys, command):
+    assert parse(COMMANDS[command] + ["--max_tokens", "9"]).max_new_tokens == 9
+    assert parse(COMMANDS[command] + ["--max_tokens", "5"]).max_new_tokens == 5
+    assert notes(capsys) == [NOTE]
+
+
+def test_old_flag_is_hidden_from_help(capsys):
+    with pytest.raises(SystemExit):
+        parse(["eval", "-h"])
+    out = capsys.readouterr().out
+    assert "--max-new-tokens" in out and "--max_tokens" not in out
+
+
+def test_sweep_and_tournament_files(tmp_path, capsys):
+    from playpen.debate.tournament import TournamentConfig
+    from playpen.eval.sweep import SweepConfig
+
+    new = tmp_path / "new.yaml"
+    new.write_text(yaml.safe_dump({"name": "s", "models": ["playpen-tiny"], "max_new_tokens": 32}))
+    assert pconfig.load_config(SweepConfig, new).max_new_tokens == 32
+    assert pconfig.load_config(SweepConfig, new, ["max_new_tokens=12"]).max_new_tokens == 12
+    assert notes(capsys) == []
+
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump({"name": "s", "models": ["playpen-tiny"], "max_tokens": 32}))
+    assert pconfig.load_config(SweepConfig, old).max_new_tokens == 32
+    # an old override on a new file overrides it (each layer is renamed on its own)
+    assert pconfig.load_config(SweepConfig, new, ["max_tokens=12"]).max_new_tokens == 12
+    cfg = pconfig.load_config(TournamentConfig, None, ["name=t", "debaters=[a]", "judges=[b]", "max_tokens=40"])
+    assert cfg.max_new_tokens == 40
+    assert notes(capsys) == [NOTE]
+
+
+def test_both_spellings_in_one_file_is_one_line(tmp_path):
+    from playpen.errors import PlaypenError
+    from playpen.eval.sweep import SweepConfig
+
+    both = tmp_path / "both.yaml"
+    both.write_text("name: s\nmax_tokens: 8\nmax_new_tokens: 16\n")
+    with pytest.raises(PlaypenError, match="both max_tokens and max_new_tokens given; keep max_new_tokens only"):
+        pconfig.load_config(SweepConfig, both)
+
+
+def test_meter_job_keys(capsys):
+    from playpen.reward.meter import parse_config
+
+    base = {"model": "playpen-tiny", "classifier": "vader", "prompts": "p.jsonl"}
+    assert parse_config({**base, "max_new_tokens": 8}, "m.yaml").max_new_tokens == 8
+    assert notes(capsys) == []
+    assert parse_config({**base, "max_tokens": 6}, "m.yaml").max_new_tokens == 6
+    assert notes(capsys) == [NOTE]
+
+
+def test_old_flag_on_a_bad_value_is_note_then_one_error(capsys, tmp_path, monkeypatch):
+    """The note is a note: the refusal is still exactly one `playpen: error:` line naming the new flag."""
+    from playpen.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "playpen-tiny", "-g", "wordle", "-r", "res", "--max_tokens", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [NOTE, "playpen: error: -L/--max-new-tokens: must be at least 1, got 0"]
+    assert not (tmp_path / "res").exists()
