@@ -41,7 +41,9 @@ class Names:
 
     def __init__(self, model: str):
         self.model = model
-        prefix = "tiny" if model == "playpen-tiny" else "".join(c if c.isalnum() or c in "-_." else "-" for c in model)
+        from playpen.storage import slug
+
+        prefix = "tiny" if model == "playpen-tiny" else slug(model)
         self.rm_exp, self.rl_exp = f"{prefix}-sentiment-rm", f"{prefix}-sentiment-rl"
         self.rm, self.rl = f"{self.rm_exp}-v1", f"{self.rl_exp}-v1"
         self.file = model  # playpen meter's file stem for the generator (storage.slug keeps these names)

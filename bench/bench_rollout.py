@@ -60,8 +60,10 @@ def parse_args():
                    "else rollout-<model>.md")
     args = p.parse_args()
     if args.out is None:
-        slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in Path(args.model).name)
-        args.out = RESULTS if args.model == "playpen-tiny" else RESULTS.with_name(f"rollout-{slug}.md")
+        from playpen.storage import slug
+
+        name = slug(Path(args.model).name)
+        args.out = RESULTS if args.model == "playpen-tiny" else RESULTS.with_name(f"rollout-{name}.md")
     return args
 
 

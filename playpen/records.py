@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 
 from playpen.errors import PlaypenError
-from playpen.storage import atomic_write_json
+from playpen.storage import atomic_write_json, slug_joined
 
 
 INTERACTIONS, SCORES, INSTANCE, EXPERIMENT, ERROR = (
@@ -40,7 +40,7 @@ def model_identifier(names: list[str]) -> str:
     """clemcore's folder name for the players (Model.to_identifier): 'a', 'a--b', or a hashed group name."""
     joined = "--".join(names)
     if len(names) <= 2:
-        return re.sub(r"[^A-Za-z0-9._=+-]+", "_", joined).strip("._") or "model"
+        return slug_joined(names, "--")
     return f"group-{len(names)}p-{hashlib.sha1(joined.encode()).hexdigest()[:8]}"
 
 

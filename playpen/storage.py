@@ -53,8 +53,15 @@ def check_name(value: object, what: str) -> str:
 
 
 def slug(text: str, default: str = "model") -> str:
-    """A safe name made from any text (a model path, a classifier), for folders playpen names itself."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._-")[:NAME_MAX] or default
+    """The one rule that turns free text (a model path, a classifier, a label) into a name: the result passes
+    check_name. Every folder or file playpen names itself from such text goes through here."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("._-")[:NAME_MAX] or default
+
+
+def slug_joined(parts, sep: str) -> str:
+    """A key composed of names (`a--b`, `grpo@step10`): each part a slug, the separator kept (so the folders of
+    earlier sweeps, tournaments and records keep their names)."""
+    return sep.join(slug(part) for part in parts)
 
 
 def check_location(value: object, what: str) -> str:

@@ -105,3 +105,34 @@ def test_old_flag_on_a_bad_value_is_note_then_one_error(capsys, tmp_path, monkey
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [NOTE, "playpen: error: -L/--max-new-tokens: must be at least 1, got 0"]
     assert not (tmp_path / "res").exists()
+
+
+# ---------------------------------------------------------------- one slug rule
+
+def test_slug_output_is_a_name():
+    from playpen.storage import check_name, slug
+
+    for text in ["runs/grpo/r1", "../../etc", ".hidden", "-x", "a b\tc", "ü@+=", "", "x" * 300, "vader-tiny"]:
+        assert check_name(slug(text), "slug") == slug(text)
+
+
+def test_composed_keys_of_earlier_folders_are_unchanged():
+    """Sweep cell keys, tournament markers and records' player folders are compositions of names: each part a slug,
+    the separator kept, so what an earlier version wrote is found again (no finished cell runs twice)."""
+    from playpen.eval.sweep import _cell_key
+    from playpen.records import model_identifier
+
+    # the keys the earlier per-module rule ([^A-Za-z0-9._@+=-] → _) gave these rows and games
+    assert _cell_key("grpo/r1@step10", "wordle") == "grpo_r1@step10/wordle"
+    assert _cell_key("playpen-tiny@final", "wordle~train") == "playpen-tiny@final/wordle_train"
+    assert _cell_key("tiny-a", "meter-vader-tiny") == "tiny-a/meter-vader-tiny"
+    assert model_identifier(["playpen-tiny", "smol-135m"]) == "playpen-tiny--smol-135m"
+    assert model_identifier(["runs/x/r1"]) == "runs_x_r1"
+
+
+def test_tournament_marker_names_are_unchanged(tmp_path):
+    from playpen.debate import tournament
+
+    cfg = tournament.TournamentConfig(name="t", debaters=["a"], judges=["b"], output_dir=str(tmp_path))
+    marker = tournament._played_marker(cfg, ("playpen-tiny", "programmatic", "runs/x"))
+    assert marker.name == "playpen-tiny__programmatic__runs_x.json"

@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 from playpen.debate.records import Episode, episodes_under, mean
 from playpen.defaults import BATCH_SIZE, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
-from playpen.storage import Location, Name, atomic_write_json, exclusive_folder, path_under
+from playpen.storage import Location, Name, atomic_write_json, exclusive_folder, path_under, slug_joined
 
 PROGRAMMATIC = "programmatic"  # the expert advocate in an advocate's seat, the programmatic judge in the judge's
 
@@ -93,7 +92,7 @@ def _instances(cfg: TournamentConfig):
 
 
 def _played_marker(cfg: TournamentConfig, seating: tuple[str, ...]) -> Path:
-    name = "__".join(re.sub(r"[^A-Za-z0-9._@+=-]+", "_", s) for s in seating)
+    name = slug_joined(seating, "__")
     return tournament_dir(cfg) / "played" / f"{name}.json"
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -33,7 +32,7 @@ from playpen.eval.cells import (CELLS_DIR, RESULT_FILE, STATE_FILE, STATES, SWEE
                                 _read, cell_state, headline, run_cell)
 from playpen.defaults import BATCH_SIZE, EVAL_BOUNDS, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.storage import (DEFAULT_STORAGE, STORAGE_ENV, Location, Name, atomic_write_json, check_name,
-                             checkpoint_step, checkpoints_in, not_a_link, path_under)
+                             checkpoint_step, checkpoints_in, not_a_link, path_under, slug, slug_joined)
 
 
 # ---------------------------------------------------------------- the YAML file
@@ -76,8 +75,10 @@ class SweepConfig:
 
 # ---------------------------------------------------------------- cells
 
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._@+=-]+", "_", text).strip("._") or "_"  # never '..' nor hidden
+def _cell_key(row: str, column: str) -> str:
+    """<row>/<column>, each an @-composition of names (`grpo_r1@step10`): storage.slug's parts, the @ kept, so an
+    existing sweep's cell folders keep their names and its finished cells do not run again."""
+    return f"{slug_joined(row.split('@'), '@')}/{slug_joined(column.split('@'), '@')}"
 
 
 def _checkpoints(run_dir: Path) -> list[Path]:
@@ -156,8 +157,8 @@ def _meters(entries: list, where: str) -> dict[str, dict]:
         settings["prompts"] = str(Path(args.prompts).expanduser().absolute())
         if Path(args.classifier).expanduser().exists():
             settings["classifier"] = str(Path(args.classifier).expanduser().absolute())
-        name = check_name(name, f"{at}: name") if name else _safe(f"{Path(args.classifier).name}-"
-                                                                     f"{Path(args.prompts).stem}")
+        name = check_name(name, f"{at}: name") if name else slug(f"{Path(args.classifier).name}-"
+                                                                    f"{Path(args.prompts).stem}")
         if name in out:
             raise PlaypenError(f"{at}: a second meter named {name!r}; give each a distinct name:")
         out[name] = settings
@@ -236,7 +237,7 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
         for m in models:
             row = _row(m)
             game_key = entry.name + ("" if instance_set == "validation" else f"~{instance_set}")
-            key = f"{_safe(row)}/{_safe(game_key)}"
+            key = _cell_key(row, game_key)
             if key in keys:
                 raise PlaypenError(f"{where}: {row} × {game_key} is listed twice")
             keys.add(key)
@@ -248,7 +249,7 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
     for name, settings in _meters(config.meters, where).items():
         for m in models:
             row = _row(m)
-            key = f"{_safe(row)}/{_safe('meter-' + name)}"
+            key = _cell_key(row, f"meter-{name}")
             if key in keys:
                 raise PlaypenError(f"{where}: {row} × meter {name} is listed twice")
             keys.add(key)
