@@ -12,7 +12,9 @@
     playpen status|logs RUN_DIR          playpen sweep [--config SWEEP.yaml]         playpen demo [--config ...]
     playpen debate {tournament,curve,rejudge,transcripts} ...          (= python -m playpen.debate.TOOL)
     playpen sweep-local SWEEP.yaml [key=value ...] | --status DIR     (= python -m playpen.eval.sweep; no SLURM)
-    playpen build-tiny [--force]
+    playpen models build-tiny|convert-smol [--out DIR] [--force]   (= python -m playpen.models.tiny|smol;
+                                                                     playpen build-tiny is build-tiny)
+    playpen containers render|check                                 (= python -m playpen.containers)
 """
 from __future__ import annotations
 
@@ -38,6 +40,8 @@ COMMANDS = {
                                           "= python -m playpen.eval.sweep)"),
     "screen": ("playpen.eval.screening", "each instance's pass rate under a model; write those strictly between "
                                          "0 and 1 as an instances file (GRPO's split:)"),
+    "models": ("playpen.models.cli", "build the bundled models: build-tiny, convert-smol"),
+    "containers": ("playpen.containers", "render the Apptainer defs from the lock file, or check they match it"),
 }
 # short forms of submit's own commands: `playpen status DIR` is `playpen submit status DIR`
 SUBMIT_ALIASES = {"status": "state, progress and log tail of a run or sweep directory",
@@ -118,15 +122,10 @@ def dispatch(args: argparse.Namespace) -> int:
         else:
             list_games(args.verbose, args.selector)
         return 0
-    if args.command == "build-tiny":
-        from playpen.models.tiny import build, default_path, is_built
+    if args.command == "build-tiny":  # the short form of `playpen models build-tiny`
+        from playpen.models import tiny
 
-        path = default_path()
-        if args.force or not is_built(path):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            build(path)
-        print(path)
-        return 0
+        return tiny.main(args)
     module = importlib.import_module(COMMANDS[args.command][0])
     return (module.run(args) if args.command == "submit" else module.main(args)) or 0
 
@@ -140,9 +139,10 @@ def build_parser_for(argv: list[str]) -> argparse.ArgumentParser:
     listing.add_argument("-v", "--verbose", action="store_true")
     listing.add_argument("-s", "--selector", default=None,
                          help="games only: a name or clem's selector, e.g. \"{'benchmark':['2.0']}\"")
-    tiny = commands.add_parser("build-tiny", help="build the bundled tiny model (playpen-tiny)")
-    tiny.add_argument("--force", action="store_true", help="rebuild even if an up-to-date build exists")
     chosen = argv[0] if argv else None
+    tiny = commands.add_parser("build-tiny", help="build the bundled tiny model (= playpen models build-tiny)")
+    if chosen == "build-tiny":
+        importlib.import_module("playpen.models.tiny").add_arguments(tiny)
     for name, help_text in SUBMIT_ALIASES.items():
         commands.add_parser(name, help=f"{help_text} (playpen submit {name})", add_help=False)
     for name, (module, help_text) in COMMANDS.items():

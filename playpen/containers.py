@@ -9,8 +9,8 @@ version can never differ between venv and image.
 Defs are parsed with our own small parser (spython's round trip is lossy) and every `pip install` in %post
 must be `name==version` equal to the lock.
 
-    python -m playpen.containers render   # write the defs and cpu.txt (requirements/lock.sh runs this)
-    python -m playpen.containers check    # exit 1 naming each drifted package and both versions
+    playpen containers render   # write the defs and cpu.txt (requirements/lock.sh runs the python -m alias)
+    playpen containers check    # exit 1 naming each drifted package and both versions
 """
 from __future__ import annotations
 
@@ -319,11 +319,14 @@ def check(root: Path = REPO) -> list[str]:
     return errors
 
 
-def main(argv: list[str]) -> int:
-    if argv not in (["render"], ["check"]):
-        print("usage: python -m playpen.containers render|check", file=sys.stderr)
-        return 2
-    if argv == ["render"]:
+def add_arguments(parser) -> None:
+    parser.add_argument("action", choices=["render", "check"],
+                        help="render: write the defs and cpu.txt, then check; check: exit 1 naming each drift")
+
+
+def main(args) -> int:
+    """`playpen containers render|check`."""
+    if args.action == "render":
         for path, text in outputs().items():
             (REPO / path).write_text(text)
             print(f"wrote {path}")
@@ -332,5 +335,7 @@ def main(argv: list[str]) -> int:
     return 1 if errors else 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+if __name__ == "__main__":  # python -m playpen.containers: an alias of `playpen containers`
+    from playpen.cli import main as playpen_main
+
+    sys.exit(playpen_main(["containers", *sys.argv[1:]]))

@@ -14,7 +14,7 @@ Safe for concurrent jobs: the conversion runs under a file lock into a temp fold
 a second job waits for the first and never sees half a folder. A marker (playpen_conversion.json) records the
 GGUF's sha256 and the recipe version; a folder whose marker does not match the installed GGUF is rebuilt.
 
-    python -m playpen.models.smol [--force] [--out DIR]
+    playpen models convert-smol [--force] [--out DIR]     (= python -m playpen.models.smol)
 """
 from __future__ import annotations
 
@@ -197,18 +197,19 @@ def ensure_smol_model(path: Path | None = None, log=_stderr, force: bool = False
     return path
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help=f"target folder (default: $PLAYPEN_HOME/models/"
                         f"{SMOL_MODEL}, now {default_path()})")
     parser.add_argument("--force", action="store_true", help="convert again even if an up-to-date folder exists")
-    args = parser.parse_args()
-    try:
-        print(ensure_smol_model(args.out, force=args.force))
-    except PlaypenError as e:
-        print(f"playpen: error: {e}", file=sys.stderr)
-        sys.exit(2)
 
 
-if __name__ == "__main__":
-    main()
+def main(args: argparse.Namespace) -> int:
+    """`playpen models convert-smol`: the folder on stdout."""
+    print(ensure_smol_model(args.out, force=args.force))
+    return 0
+
+
+if __name__ == "__main__":  # python -m playpen.models.smol: an alias of `playpen models convert-smol`
+    from playpen.errors import run_command
+
+    sys.exit(run_command("playpen models convert-smol", add_arguments, main))

@@ -7,7 +7,7 @@ Hugging Face folder and loaded through the same code path as any hub model (Auto
 clemcore's huggingface_local backend).
 
 The build is shipped in the package (`playpen/models/playpen-tiny/`, ~3 MB) because pretraining takes minutes
-on 2 busy cores; `python -m playpen.models.tiny --force` rebuilds it from this recipe (seeded: the same
+on 2 busy cores; `playpen models build-tiny --force` rebuilds it from this recipe (seeded: the same
 commit gives the same weights on the same torch build).
 """
 from __future__ import annotations
@@ -171,19 +171,25 @@ def ensure_tiny_model(path: Path | None = None, log=print) -> Path:
     return path
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="target folder (default: the packaged "
                         "playpen/models/playpen-tiny)")
     parser.add_argument("--force", action="store_true", help="rebuild even if an up-to-date build exists")
-    args = parser.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
+    """`playpen models build-tiny`: the folder on stdout, built or up to date (scripts read it)."""
     out = args.out or default_path()
     if args.force or not is_built(out):
         out.parent.mkdir(parents=True, exist_ok=True)
         build(out)
-    else:
-        print(f"[playpen-tiny] up to date: {out}")
+    print(out)
+    return 0
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # python -m playpen.models.tiny: an alias of `playpen models build-tiny`
+    import sys
+
+    from playpen.errors import run_command
+
+    sys.exit(run_command("playpen models build-tiny", add_arguments, main))

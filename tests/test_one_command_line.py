@@ -1,0 +1,47 @@
+"""One command line (issue 22): the model builders and the container checks are `playpen` subcommands; their
+`python -m` forms (the Makefile's, requirements/lock.sh's) are thin aliases that parse and fail the same way."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_build_tiny_three_ways_print_the_same_folder():
+    """Already built (the packaged model): nothing is rebuilt, each prints the folder on stdout."""
+    outs = [run("-m", "playpen.cli", "models", "build-tiny"), run("-m", "playpen.cli", "build-tiny"),
+            run("-m", "playpen.models.tiny")]
+    assert [o.returncode for o in outs] == [0, 0, 0], [o.stderr[-1000:] for o in outs]
+    assert len({o.stdout for o in outs}) == 1 and outs[0].stdout.strip().endswith("playpen-tiny")
+
+
+def test_containers_check_both_ways():
+    for argv in (["-m", "playpen.cli", "containers", "check"], ["-m", "playpen.containers", "check"]):
+        done = run(*argv)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+def test_usage_mistakes_are_one_line_both_ways():
+    cases = [(["-m", "playpen.containers", "bogus"], "playpen containers: argument action: invalid choice"),
+             (["-m", "playpen.cli", "containers"], "the following arguments are required: action"),
+             (["-m", "playpen.models.smol", "--bogus"], "playpen models convert-smol: unrecognized arguments"),
+             (["-m", "playpen.cli", "models", "convert-smol", "--bogus"], "unrecognized arguments: --bogus"),
+             (["-m", "playpen.cli", "models"], "the following arguments are required: TOOL")]
+    for argv, message in cases:
+        done = run(*argv)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("playpen: error: "), done.stderr
+        assert message in lines[0], lines[0]
+
+
+def test_models_help_is_light():
+    code = ("import sys; from playpen.cli import build_parser_for; build_parser_for(['models']); "
+            "print([m for m in ('torch', 'transformers', 'clemcore') if m in sys.modules])")
+    done = run("-c", code)
+    assert done.stdout.strip() == "[]", done.stderr[-2000:]
