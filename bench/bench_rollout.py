@@ -242,33 +242,32 @@ TINY_NOTES = [
 ]
 
 
-def turns_of(episode) -> list[tuple[list[int], int]]:
-    """(new environment tokens, reply tokens) per learner turn of every traced seat, from the engine's ids."""
-    turns = []
-    for trace in episode.traces:
-        env, reply, ids = list(trace.prompt_ids), 0, trace.completion_ids
-        for token, learner in zip(ids, trace.env_mask):
-            if learner:
-                reply += 1
-            elif reply:  # a reply ended: the tokens after it are the next turn's environment
-                turns.append((env, reply))
-                env, reply = [token], 0
-            else:
-                env.append(token)
-        if reply:
+def turns_of(trace) -> list[tuple[list[int], int]]:
+    """(new environment tokens, reply tokens) per learner turn of one traced seat, from the engine's ids."""
+    turns, env, reply = [], list(trace.prompt_ids), 0
+    for token, learner in zip(trace.completion_ids, trace.env_mask):
+        if learner:
+            reply += 1
+        elif reply:  # a reply ended: the tokens after it are the next turn's environment
             turns.append((env, reply))
+            env, reply = [token], 0
+        else:
+            env.append(token)
+    if reply:
+        turns.append((env, reply))
     return turns
 
 
 def raw_loop(model, pad_id: int, episodes: list, batch_size: int) -> dict:
-    """The same tokens as the engine's episodes through a plain loop: `batch_size` episodes in lockstep, each turn
-    one prefill of the new environment tokens (left-padded to the longest) and greedy decode steps up to the
-    longest reply, all on one DynamicCache per batch. Rows whose episode has ended ride along padded: forwarded
-    but not counted as tokens. Returns prefill and decode seconds and the episodes' token count."""
+    """The same tokens as the engine's episodes through a plain loop: every traced seat is one sequence (its own
+    cache row, as in the engine), `batch_size` sequences in lockstep, each turn one prefill of the new environment
+    tokens (left-padded to the longest) and greedy decode steps up to the longest reply, on one DynamicCache per
+    batch. Rows whose seat has finished ride along padded: forwarded but not counted as tokens. Returns prefill
+    and decode seconds and the episodes' token count."""
     import torch
     from transformers import DynamicCache
 
-    per_episode = [turns_of(e) for e in episodes]
+    per_episode = [turns_of(trace) for e in episodes for trace in e.traces]
     tokens = sum(len(env) + reply for turns in per_episode for env, reply in turns)
     times = {"prefill": 0.0, "decode": 0.0, "tokens": tokens}
     with torch.no_grad():
