@@ -52,12 +52,15 @@ class Cell:
     player: str = "auto"
     checkpoint: str | None = None
     meter: dict | None = None  # a meter cell: playpen meter's settings (classifier, prompts, samples, ...)
+    partner: dict | None = None  # clemcore ModelSpec of the second seat (as `clem run -m MODEL PARTNER`)
 
     def fingerprint(self) -> str:
         """What decides the result; batch size, player and folder locations do not."""
         what = [self.spec, self.game, self.instance_set, self.max_instances, self.max_tokens, self.temperature]
         if self.meter is not None:  # (cells of earlier sweeps keep their fingerprint)
             what.append({k: v for k, v in self.meter.items() if k != "batch_size"})
+        if self.partner is not None:
+            what.append(self.partner)
         return hashlib.sha1(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
     @classmethod
@@ -132,15 +135,18 @@ _PLAYER_CACHE: dict = {}  # the last player, so a local sweep loads one model on
 def _player_for(cell: Cell):
     from playpen.eval.evaluation import make_player
 
-    key = json.dumps([cell.spec, cell.max_tokens, cell.temperature, cell.batch_size, cell.player], sort_keys=True)
+    key = json.dumps([cell.spec, cell.max_tokens, cell.temperature, cell.batch_size, cell.player, cell.partner],
+                     sort_keys=True)
     if key not in _PLAYER_CACHE:
         _PLAYER_CACHE.clear()
-        _PLAYER_CACHE[key] = make_player(cell.spec, cell.max_tokens, cell.temperature, cell.batch_size, cell.player)
+        _PLAYER_CACHE[key] = make_player(cell.spec, cell.max_tokens, cell.temperature, cell.batch_size, cell.player,
+                                         partner=cell.partner)
     return _PLAYER_CACHE[key]
 
 
 def _play(cell: Cell, records: Path) -> dict:
-    from playpen.eval.evaluation import in_file_order, model_folder, score_game
+    from playpen.eval.evaluation import in_file_order, score_game
+    from playpen.eval.pairs import results_folder
     from playpen.eval.scoring import load_episode_scores, summarize_game
     from playpen.games.instances import instances_file, read_instances
     from playpen.games.registry import GameEntry
@@ -148,7 +154,7 @@ def _play(cell: Cell, records: Path) -> dict:
     entry = GameEntry(cell.game, Path(cell.game_path), "sweep", cell.game_spec)
     pairs = in_file_order(read_instances(instances_file(entry, cell.instance_set)), cell.max_instances)
     _player_for(cell).play(entry, pairs, records)
-    folder = model_folder(cell.spec)
+    folder = results_folder(cell.spec, cell.partner)
     scored = score_game(entry, records / folder / cell.game)
     if scored == 0:
         raise RuntimeError(f"no episode of {cell.game} finished (see clembench.log)")

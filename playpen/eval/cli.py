@@ -4,6 +4,8 @@
     playpen eval playpen-tiny -g wordle -r DIR        # replay wordle in DIR, recompute the scores
     playpen eval runs/grpo/RUN_ID -r DIR              # a training run (its registered adapter/model)
     playpen eval playpen-tiny -r DIR --skip_gameplay  # rescore the records in DIR only
+    playpen eval runs/grpo/RUN_ID gpt-4o -g taboo     # against a partner, as `clem run -m RUN gpt-4o` (RUN--gpt-4o/)
+    playpen eval playpen-tiny -g taboo -e high_en     # one experiment (-e repeatable), as `clem run -e`
 """
 from __future__ import annotations
 
@@ -14,8 +16,15 @@ from playpen.eval.evaluation import PLAYERS, SUITES  # light: no torch
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="registered model name, training run directory, or checkpoint folder")
+    parser.add_argument("partner", nargs="?", default=None,
+                        help="plays the second seat of two-player games, as `clem run -m MODEL PARTNER` (records "
+                             "under MODEL--PARTNER): any model name or folder, mock, or programmatic (the built-in "
+                             "game's expert); default: MODEL plays every seat")
     parser.add_argument("-g", "--game", dest="games", action="append", metavar="GAME",
                         help="game to play (repeatable; default: every registered game in the suite)")
+    parser.add_argument("-e", "--experiment", dest="experiments", action="append", metavar="NAME",
+                        help="play only this experiment of the games (repeatable), as `clem run -e`; --instances "
+                             "then counts within the chosen experiments")
     parser.add_argument("-r", "--results_dir", default=None,
                         help="results folder to create or reuse (default: playpen-eval/<timestamp>/)")
     parser.add_argument("--skip_gameplay", action="store_true", help="only rescore the records in --results_dir")
@@ -46,6 +55,7 @@ def main(args: argparse.Namespace) -> int:
     val = evaluate(args.model, games=args.games, results_dir=args.results_dir, skip_gameplay=args.skip_gameplay,
                    suite=args.suite, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                    instances=args.instances, batch_size=args.batch_size, instance_set=args.instance_set,
-                   player=args.player, seed=args.seed, verbose=args.verbose)
+                   player=args.player, seed=args.seed, verbose=args.verbose, partner=args.partner,
+                   experiments=args.experiments)
     print(format_val(val))
     return 0

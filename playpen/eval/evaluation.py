@@ -26,7 +26,7 @@ from playpen.eval.clemlog import clemcore_log, library_bars
 from playpen.games.instances import instances_file, read_instances, spread
 from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
 from playpen.models import service
-from playpen.models.specs import model_folder
+from playpen.eval.pairs import pair_games, resolve_partner, results_folder, select_experiments
 from playpen.records import interactions_files
 from playpen.storage import (atomic_write_json, check_location, exclusive_folder, move_tree, not_a_link, path_under,
                              remove_tree, timestamp)
@@ -60,12 +60,12 @@ class ClemcorePlayer:
     every clemcore backend (API models included). The model is loaded once, on the first game."""
 
     def __init__(self, spec: dict, max_tokens: int, temperature: float, batch_size: int, seed: int = 0,
-                 verbose: bool = False):
-        self.spec, self.batch_size = spec, batch_size
+                 verbose: bool = False, partner: dict | None = None):
+        self.spec, self.batch_size, self.partner_spec = spec, batch_size, partner
         self.max_tokens, self.temperature = max_tokens, temperature
         self.verbose = verbose  # clemcore's progress bars on screen
         self.seed = seed  # the rollout engine's sampling seed; clemcore's backends sample unseeded
-        self._model = None
+        self._model = self._partner = None
 
     @property
     def model(self):
@@ -76,9 +76,17 @@ class ClemcorePlayer:
             self._model = service.load_player(self.spec, self.max_tokens, self.temperature)
         return self._model
 
+    @property
+    def partner(self):
+        """clemcore's Model for the partner (its own backend, the same generation arguments, as `clem run`), or None."""
+        if self._partner is None and self.partner_spec is not None:
+            self._partner = service.load_player(self.partner_spec, self.max_tokens, self.temperature)
+        return self._partner
+
     def play(self, entry: GameEntry, pairs: list[tuple[dict, dict]], results_dir: Path) -> None:
         with library_bars(self.verbose):
-            failed = clemcore_play(entry, pairs, [self.model], results_dir, self.batch_size)
+            models = [self.model] + ([self.partner] if self.partner_spec else [])  # clem run -m MODEL PARTNER
+            failed = clemcore_play(entry, pairs, models, results_dir, self.batch_size)
         if failed:
             _stderr(f"[eval] {entry.name}: {failed}")
 
@@ -124,13 +132,15 @@ class EnginePlayer(ClemcorePlayer):
             hf = self.model
             policy = LocalPolicy(hf.model, hf.tokenizer, name=self.spec["model_name"],
                                  chat_template_kwargs=hf.chat_template_kwargs)
-            self._engine = RolloutEngine(policy, None, max_new_tokens=self.max_tokens, temperature=self.temperature,
-                                         batch_size=self.batch_size, progress=True, seed=self.seed)
+            # the partner holds every seat but the first, as clemcore seats `-m MODEL PARTNER` in two-player games
+            self._engine = RolloutEngine(policy, self.partner, max_new_tokens=self.max_tokens,
+                                         temperature=self.temperature, batch_size=self.batch_size, progress=True,
+                                         seed=self.seed)
         self._engine.play(entry, pairs, records_dir=results_dir)
 
 
 def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int, player: str = "auto",
-                seed: int = 0, verbose: bool = False):
+                seed: int = 0, verbose: bool = False, partner: dict | None = None):
     """The rollout engine for local Hugging Face models, clemcore's runner for everything else; `player` forces
     one."""
     if player not in PLAYERS:
@@ -140,8 +150,8 @@ def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int
         raise PlaypenError(f"the rollout engine plays local Hugging Face models only; {spec['model_name']} uses "
                            f"backend {spec.get('backend')} (use --player clemcore)")
     if player == "engine" or (player == "auto" and local):
-        return EnginePlayer(spec, max_tokens, temperature, batch_size, seed, verbose)
-    return ClemcorePlayer(spec, max_tokens, temperature, batch_size, seed, verbose)
+        return EnginePlayer(spec, max_tokens, temperature, batch_size, seed, verbose, partner)
+    return ClemcorePlayer(spec, max_tokens, temperature, batch_size, seed, verbose, partner)
 
 
 # ---------------------------------------------------------------- scoring and tables
@@ -187,11 +197,11 @@ def games_recorded(results_dir: Path, folder: str) -> list[str]:
     return sorted(d.name for d in model_dir.iterdir() if d.is_dir() and interactions_files(d))
 
 
-def write_val_json(results_dir: Path, spec: dict, extra: dict | None = None) -> dict:
-    """Recompute `<model>.val.json` from every scored game of this model in `results_dir`."""
+def write_val_json(results_dir: Path, spec: dict, extra: dict | None = None, partner: dict | None = None) -> dict:
+    """Recompute `<folder>.val.json` from every scored game of this model (pair) in `results_dir`."""
     from playpen.eval.scoring import load_episode_scores, summarize, val_scores
 
-    folder = model_folder(spec)
+    folder = results_folder(spec, partner)
     summaries = summarize(load_episode_scores(results_dir, model=folder))
     metas = {game: _game_meta(results_dir / folder / game) for game in summaries}
     registered = {e.name: e for e in game_entries()}
@@ -202,8 +212,10 @@ def write_val_json(results_dir: Path, spec: dict, extra: dict | None = None) -> 
         info["game_path"], info["source"] = meta.get("game_path"), meta.get("source")
         info["instances"] = meta.get("instances")
         info["missing"] = None if meta.get("instances") is None else meta["instances"] - info["episodes"]
-    val = {"model": spec["model_name"], "clemscore": body.pop("clemscore"), "statscore": body.pop("statscore"),
+    val = {"model": spec["model_name"], "partner": partner and partner["model_name"], "folder": folder,
+           "clemscore": body.pop("clemscore"), "statscore": body.pop("statscore"),
            **body, "results_dir": str(results_dir.absolute()), "model_spec": spec,
+           **({"partner_spec": partner} if partner else {}),
            "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **(extra or {})}
     atomic_write_json(results_dir / f"{folder}{VAL_SUFFIX}", val)
     return val
@@ -215,7 +227,8 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
              skip_gameplay: bool = False, suite: str = "all", max_new_tokens: int = MAX_NEW_TOKENS,
              temperature: float = TEMPERATURE, instances: int | None = None,
              batch_size: int = BATCH_SIZE, instance_set: str = "validation", player: str = "auto",
-             seed: int = 0, verbose: bool = False, log=None) -> dict:
+             seed: int = 0, verbose: bool = False, log=None, partner: str | dict | None = None,
+             experiments: list[str] | None = None) -> dict:
     """Play (unless skip_gameplay), score, and write `<results_dir>/<model>.val.json` + results.csv/html.
 
     Returns the val.json dict (clemscore, statscore, games{name: played/quality/clemscore/...}, results_dir).
@@ -226,57 +239,64 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
     `player` is auto (rollout engine for local HF models, clemcore's runner otherwise), engine or clemcore;
     `seed` seeds the rollout engine's sampling (temperature > 0: another seed plays other episodes).
     clemcore's log and playpen's own lines go to `<results_dir>/clembench.log`; `verbose` (or a `log` function)
-    shows them too.
+    shows them too. `partner` takes the other seat of two-player games as in `clem run -m MODEL PARTNER` (records
+    and val.json under `MODEL--PARTNER`); `experiments` plays only those, as `clem run -e` (see playpen.eval.pairs).
     """
     started = time.time()
     if suite not in SUITES:
         raise PlaypenError(f"unknown suite '{suite}'; choose one of {', '.join(SUITES)}")
     spec = service.resolve(model, "model")  # an API model without its key.json entry: one line, before anything runs
-    folder = model_folder(spec)
+    partner_spec = resolve_partner(partner)
+    folder = results_folder(spec, partner_spec)
+    who = spec["model_name"] + (f" with partner {partner_spec['model_name']}" if partner_spec else "")
     results = Path(check_location(str(results_dir), "-r")) if results_dir else \
         Path(DEFAULT_RESULTS_ROOT) / timestamp()
     not_a_link(results, "results folder")
     if results.exists() and not results.is_dir():
         raise PlaypenError(f"results dir {results} is a file; give a folder with -r")
     if skip_gameplay:
+        if experiments:
+            raise PlaypenError("-e chooses what is played; --skip_gameplay plays nothing (drop one of them)")
         recorded = games_recorded(results, folder)
         if not recorded:
-            raise PlaypenError(f"no records of model {spec['model_name']} in {results}; "
+            raise PlaypenError(f"no records of model {who} in {results}; "
                                f"play first (drop --skip_gameplay) or pick the right -r")
         missing = sorted(set(games or []) - set(recorded))
         if missing:
-            raise PlaypenError(f"no records of {', '.join(missing)} for {spec['model_name']} in {results}; "
+            raise PlaypenError(f"no records of {', '.join(missing)} for {who} in {results}; "
                                f"recorded: {', '.join(recorded)}")
         in_suite = lambda e: suite == "all" or e.static == (suite == "static")  # noqa: E731
         entries = select_games(games, suite) if games else [e for e in map(resolve_game, recorded) if in_suite(e)]
         if not entries:
-            raise PlaypenError(f"no {suite}-suite games of {spec['model_name']} recorded in {results}")
+            raise PlaypenError(f"no {suite}-suite games of {who} recorded in {results}")
     else:
-        entries = select_games(games, suite)
+        entries = pair_games(select_games(games, suite), partner_spec, named=bool(games))
         if instances is not None and instances < 1:
             raise PlaypenError(f"--instances must be at least 1, got {instances}")
-        # every game's instances are read and checked before the model loads
-        plan = [(e, instances_file(e, instance_set)) for e in entries]
-        plan = [(e, path, in_file_order(read_instances(path), instances)) for e, path in plan]
+        # every game's instances are read and checked before the model loads; -e chooses, then --instances cuts
+        plan = [(e, path, read_instances(path)) for e, path in ((e, instances_file(e, instance_set)) for e in entries)]
+        plan = [(e, path, in_file_order(pairs, instances)) for e, path, pairs in select_experiments(plan, experiments)]
+        entries = [e for e, _, _ in plan]
     # one process writes a results folder at a time: two evals into one -r would mix their episodes and tables
     with exclusive_folder(results, f"results folder {results} is in use by another playpen eval",
                           "wait for it to end, or pick another -r"), clemcore_log(results, verbose) as log_file:
         log = log or _eval_log(verbose)
         kept = []  # games whose replay finished no episode: their earlier records stay
         if not skip_gameplay:
-            runner = make_player(spec, max_new_tokens, temperature, batch_size, player, seed, verbose)
+            runner = make_player(spec, max_new_tokens, temperature, batch_size, player, seed, verbose, partner_spec)
             staging = results / STAGING_DIR
             try:
                 for entry, path, pairs in plan:
                     remove_tree(staging, results)
                     game_started = time.time()
-                    log(f"[eval] {spec['model_name']} plays {entry.name}: {len(pairs)} instances "
+                    log(f"[eval] {who} plays {entry.name}: {len(pairs)} instances "
                         f"({path.name}, {entry.path})")
                     runner.play(entry, pairs, staging)
                     staged = path_under(staging, folder, entry.name, what="game folder")
                     atomic_write_json(staged / GAME_META, {
                         "game": entry.name, "game_path": str(entry.path), "source": entry.source,
-                        "static": entry.static,
+                        "static": entry.static, "partner": partner_spec and partner_spec["model_name"],
+                        "experiments": experiments,
                         "instances_file": str(path), "instances": len(pairs), "instance_set": instance_set,
                         "max_tokens": max_new_tokens, "temperature": temperature, "seed": seed,
                         "player": type(runner).__name__, "seconds": round(time.time() - game_started, 1)})
@@ -305,7 +325,7 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
             _stderr(f"[eval] WARNING: no episode of {', '.join(empty)} finished (see {log_file}); "
                     f"these games are missing from clemscore/statscore")
         val = write_val_json(results, spec, {"suite": suite, "seconds": round(time.time() - started, 1),
-                                             "games_without_episodes": empty})
+                                             "games_without_episodes": empty}, partner_spec)
         write_clem_tables(results)
     return val
 
@@ -319,5 +339,5 @@ def format_val(val: dict) -> str:
                      f"{quality:>8s} {g['clemscore']:9.2f}")
     fmt = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
     lines.append(f"clemscore {fmt(val['clemscore'])}   statscore {fmt(val['statscore'])}   "
-                 f"({val['results_dir']}/{val['model']}{VAL_SUFFIX})")
+                 f"({val['results_dir']}/{val.get('folder', val['model'])}{VAL_SUFFIX})")
     return "\n".join(lines)

@@ -18,20 +18,26 @@ from playpen.storage import atomic_write_bytes, atomic_write_text
 
 COLUMNS = ["model", "step", "checkpoint", "run", "game", "static", "instance_set", "state", "episodes",
            "instances", "played", "quality", "clemscore", "success", "lose", "aborted", "meter_mean", "meter_stderr",
-           "meter_stderr_by_prompt", "classifier", "model_name", "key"]
+           "meter_stderr_by_prompt", "classifier", "model_name", "key", "partner"]  # (new columns go last)
 
 
-def _row_label(model: str, step, checkpoint) -> str:
+def _row_label(model: str, step, checkpoint, partner: str | None = None) -> str:
+    model = _with_partner(model, partner)
     if checkpoint == "final":
         return f"{model}@final"
     return model if step is None else f"{model}@step{step}"
+
+
+def _with_partner(model: str, partner: str | None) -> str:
+    return f"{model} vs {partner}" if partner else model
 
 
 def sweep_rows(results: list) -> list[dict]:
     """One dict per cell with the COLUMNS (score columns empty unless the cell is done)."""
     rows = []
     for cell, state, result in results:
-        row = {"model": cell.model, "step": cell.step, "checkpoint": cell.checkpoint, "run": cell.run,
+        row = {"model": cell.model, "partner": cell.partner and cell.partner.get("model_name"),
+               "step": cell.step, "checkpoint": cell.checkpoint, "run": cell.run,
                "game": cell.game, "static": cell.static, "instance_set": cell.instance_set, "state": state,
                "model_name": cell.spec.get("model_name"), "key": cell.key, "is_meter": cell.meter is not None}
         if result:
@@ -46,7 +52,8 @@ def model_scores(rows: list[dict]) -> dict[str, dict]:
     """Row label → {"clemscore", "statscore", game: clemscore, ...} over the done cells of that model/checkpoint."""
     by_label: dict[str, list[dict]] = {}
     for row in rows:
-        by_label.setdefault(_row_label(row["model"], row["step"], row["checkpoint"]), []).append(row)
+        by_label.setdefault(_row_label(row["model"], row["step"], row["checkpoint"], row.get("partner")),
+                            []).append(row)
     out = {}
     for label, items in by_label.items():
         done = [r for r in items if r["state"] == "done"]
@@ -55,7 +62,9 @@ def model_scores(rows: list[dict]) -> dict[str, dict]:
         static = {r["game"] for r in done if r["static"]}
         clem = aggregate_score(s for g, s in summaries.items() if g not in static)
         stat = aggregate_score(s for g, s in summaries.items() if g in static)
-        out[label] = {"model": items[0]["model"], "step": items[0]["step"], "checkpoint": items[0]["checkpoint"],
+        # (a run's learning curve is one line per partner)
+        out[label] = {"model": _with_partner(items[0]["model"], items[0].get("partner")),
+                      "step": items[0]["step"], "checkpoint": items[0]["checkpoint"],
                       "clemscore": clem and clem["score"], "statscore": stat and stat["score"],
                       "complete": len(done) == len(items),
                       "games": {r["game"]: r["clemscore"] for r in done}}

@@ -58,6 +58,8 @@ class SweepConfig:
     name: Name
     models: list[str] = field(default_factory=list)  # registry names, run dirs, or checkpoint folders
     runs: list[str | RunSelector] = field(default_factory=list)
+    # second seats of two-player games, each a cell of its own as `clem run -m MODEL PARTNER` (self: the model alone)
+    partners: list[str] = field(default_factory=list)
     games: list[str | GameSelector] = field(default_factory=lambda: ["all"])
     instances: str = "validation"
     # generation settings of every cell: evaluate()'s arguments, in the same ranges
@@ -71,6 +73,9 @@ class SweepConfig:
     meters: list[dict] = field(default_factory=list)
     output_dir: Location | None = None  # default <storage_root>/sweeps/<name>
     storage_root: Location | None = None
+
+
+SELF = "self"  # partners: the model in every seat, as without partners
 
 
 # ---------------------------------------------------------------- cells
@@ -195,6 +200,7 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
     nothing is written. The sweep dir is output_dir, else <storage_root>/sweeps/<name> with the file's
     storage_root, else the `storage_root` argument (e.g. a cluster profile's), else $PLAYPEN_STORAGE or ./runs."""
     from playpen.config import load_config
+    from playpen.eval.pairs import plays_with, resolve_partner
     from playpen.models.specs import resolve_eval_model
     from playpen.games.instances import instances_file
     from playpen.games.registry import is_selector, select_games
@@ -216,6 +222,12 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
     for i, run in enumerate(config.runs):
         sel = RunSelector(path=run) if isinstance(run, str) else run
         models += _run_models(sel, f"{where}: runs[{i}]")
+    partners = []
+    for name in config.partners or [SELF]:
+        try:
+            partners.append(None if name == SELF else resolve_partner(name))
+        except PlaypenError as e:
+            raise PlaypenError(f"{where}: partners: {e}") from None
     selectors = [GameSelector(name=g) if isinstance(g, str) else g for g in config.games]
     if not selectors and not config.meters:
         raise PlaypenError(f"{where}: games: is empty; name games or use [all] (or list meters:)")
@@ -234,8 +246,8 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
         except PlaypenError as e:
             raise PlaypenError(f"{where}: {e}") from None
         limit = sel.max_instances if sel.max_instances is not None else config.max_instances
-        for m in models:
-            row = _row(m)
+        for m, partner in ((m, p) for p in partners for m in models if plays_with(entry, p)):
+            row = _row(m) + (f"--{partner['model_name']}" if partner else "")  # clem's MODEL--PARTNER
             game_key = entry.name + ("" if instance_set == "validation" else f"~{instance_set}")
             key = _cell_key(row, game_key)
             if key in keys:
@@ -245,7 +257,11 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
                               game_path=str(entry.path.absolute()), game_spec=entry.spec, static=entry.static,
                               instance_set=instance_set, max_instances=limit, max_tokens=config.max_new_tokens,
                               temperature=config.temperature, batch_size=config.batch_size, run=m["run"],
-                              step=m["step"], checkpoint=m["checkpoint"], player=config.player))
+                              step=m["step"], checkpoint=m["checkpoint"], player=config.player, partner=partner))
+    for partner in partners:
+        if partner and not any(c.partner == partner for c in cells):
+            raise PlaypenError(f"{where}: partners: {partner['model_name']} plays none of the games (a partner takes "
+                               f"the second seat of two-player games; programmatic: built-in games only)")
     for name, settings in _meters(config.meters, where).items():
         for m in models:
             row = _row(m)

@@ -70,12 +70,15 @@ def plan_eval(args: argparse.Namespace, profile: ClusterProfile, config: str, re
     if res.nodes > 1:
         raise PlaypenError("eval runs on one node; drop --nodes (use a sweep to spread models over nodes)")
     from playpen.models.specs import resolve_eval_model
+    from playpen.eval.pairs import pair_games
     from playpen.games.registry import select_games
 
     spec = load_config(jobs.EvalSpec, config, list(args.overrides))
     try:  # the model and games now, as a sweep's are, not when the job starts
         resolve_eval_model(spec.model)
-        select_games(spec.games, spec.suite)
+        entries = select_games(spec.games, spec.suite)
+        if spec.partner is not None:  # partner: as `playpen eval MODEL PARTNER`, two-player games only
+            pair_games(entries, resolve_eval_model(spec.partner), named=bool(spec.games))
     except PlaypenError as e:
         raise PlaypenError(f"{config}: {e}") from None
     root = storage_root_for(profile, spec.storage_root, check=not args.dry_run)
