@@ -102,6 +102,8 @@ def parse_args():
     p.add_argument("--second-instances", type=int, default=120, help="referencegame's second game (arithmetic, by "
                    "`playpen eval`): instances of its train set, never trained on there")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--report", default=None, help="report name in bench/results (default: learning[-GAME]); a "
+                   "search over settings (e.g. --grpo-lr) writes each setting's report beside the main one")
     p.add_argument("--report-only", action="store_true", help="train nothing: evaluate the arms already finished "
                    "and write the report (a partial one while stages remain; rerun without it to resume them)")
     args = p.parse_args()
@@ -518,7 +520,7 @@ def main() -> None:
     curves = {name: grpo_curve(path) for name, path in runs.items() if path}
 
     out_dir = storage if args.quick else RESULTS
-    stem = "learning" + task.suffix + ("-quick" if args.quick else "")
+    stem = (args.report or "learning" + task.suffix) + ("-quick" if args.quick else "")
     png = out_dir / f"{stem}.png"
     plot({k: v for k, v in arms.items() if v.get("sampled")}, curves, png, task)
     md = [f"# Learning in interaction on {MODEL} (CPU): {task.game}", "",
