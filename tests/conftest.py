@@ -3,6 +3,8 @@ a training call into a scratch storage root; and the checks of bad input (one er
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,15 @@ def refused(capsys, argv: list[str], *unchanged: Path) -> str:
     err = fails(capsys, argv)
     assert [snapshot(p) if p.is_dir() else p.read_bytes() for p in unchanged] == before
     return err
+
+
+def run_ok(cwd: Path, *argv: str, timeout: int = 600) -> str:
+    """A command (clem, playpen, ...) that must succeed; its stdout. The failure message shows both streams."""
+    done = subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{argv}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def playpen_ok(cwd: Path, *argv: str) -> str:
+    """`playpen ARGS` in a fresh process (as a user runs it) that must succeed; its stdout."""
+    return run_ok(cwd, sys.executable, "-m", "playpen.cli", *argv)

@@ -22,6 +22,9 @@ from playpen.errors import PlaypenError
 from playpen.games.instances import generate_instances, instances_file, read_instances
 from playpen.games.registry import resolve_game, select_games
 
+from tests.conftest import playpen_ok as playpen
+from tests.conftest import run_ok as run
+
 MINIBENCH = Path(__file__).resolve().parent / "data" / "minibench"
 DIALOGUE, STATIC = ["taboo", "wordle", "wordle_hard"], ["mathquiz"]  # in clem's search order
 MODEL = "playpen-tiny"
@@ -40,16 +43,6 @@ def workdir(tmp_path_factory) -> Path:
     (folder / "game_registry.json").write_text(json.dumps([{"benchmark_path": str(MINIBENCH)}]))
     (folder / "model_registry.json").write_text(json.dumps([resolve_model(MODEL)]))
     return folder
-
-
-def run(cwd: Path, *argv: str) -> str:
-    done = subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"{argv}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done.stdout
-
-
-def playpen(cwd: Path, *argv: str) -> str:
-    return run(cwd, sys.executable, "-m", "playpen.cli", *argv)
 
 
 def fails(cwd: Path, *argv: str) -> str:

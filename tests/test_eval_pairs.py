@@ -1,28 +1,20 @@
 """`playpen eval MODEL PARTNER` and `-e` play what `clem run -m MODEL PARTNER [-e NAME]` plays: on the fixture
 benchmark both agree per game on episodes, experiments, % played and quality, under clem's `MODEL--PARTNER` folder;
-rescoring works on pairs; bad input is one line before anything is written. ~30 s."""
+rescoring works on pairs; bad input is one line before anything is written. ~90 s (clem and playpen run as processes)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from tests.conftest import playpen_ok as playpen
+from tests.conftest import run_ok as run
+
 MINIBENCH = Path(__file__).resolve().parent / "data" / "minibench"
 CLEM = str(Path(sys.executable).with_name("clem"))
-
-
-def run(cwd: Path, *argv: str) -> str:
-    done = subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"{argv}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done.stdout
-
-
-def playpen(cwd: Path, *argv: str) -> str:
-    return run(cwd, sys.executable, "-m", "playpen.cli", *argv)
 
 
 @pytest.fixture(scope="module")
