@@ -1,6 +1,7 @@
 """`playpen eval MODEL PARTNER` and `-e` play what `clem run -m MODEL PARTNER [-e NAME]` plays: on the fixture
 benchmark both agree per game on episodes, experiments, % played and quality, under clem's `MODEL--PARTNER` folder;
-rescoring works on pairs; bad input is one line before anything is written. ~90 s (clem and playpen run as processes)."""
+rescoring works on pairs; bad input is one line before anything is written. ~90 s (clem and playpen run as
+processes)."""
 from __future__ import annotations
 
 import json
