@@ -360,6 +360,13 @@ JOBS = {  # name: (argv, files, what the line says)
                                {"e.yaml": "model: playpen-tiny\nbatch_size: 0\n"}, "batch_size: must be at least 1"),
     "eval job: instances -1": (["submit", "eval", "--config", "e.yaml", "--executor", "local", "--dry-run"],
                                {"e.yaml": "model: playpen-tiny\ninstances: -1\n"}, "instances: must be at least 1"),
+    "eval job: partner in a one-player game": (
+        ["submit", "eval", "--config", "e.yaml", "--executor", "local", "--dry-run"],
+        {"e.yaml": "model: playpen-tiny\npartner: mock\ngames: [arithmetic]\n"},
+        "a partner plays the second seat of two-player games (as `clem run -m MODEL PARTNER`); arithmetic has 1"),
+    "eval job: unknown partner": (["submit", "eval", "--config", "e.yaml", "--executor", "local", "--dry-run"],
+                                  {"e.yaml": "model: playpen-tiny\npartner: nope-model\ngames: [taboo]\n"},
+                                  "e.yaml: unknown model 'nope-model'"),
 }
 
 

@@ -3,6 +3,7 @@ submitted), a real training job on the local executor, and the clean job environ
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -168,6 +169,18 @@ def test_without_config_the_embedded_default_is_submitted(tmp_path):
         proc = run_cli(command, "--dry-run", f"storage_root={tmp_path / 'runs'}")
         assert proc.returncode == 0 and str(REPO / "playpen" / "configs" / default) in proc.stderr, proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_eval_job_with_a_partner_is_checked_and_named_by_the_pair(tmp_path):
+    """`partner:` in an eval spec: its games checked before submitting (a two-player game plays), and the default
+    results folder named MODEL--PARTNER as clem names the records inside it."""
+    spec = tmp_path / "e.yaml"
+    spec.write_text("model: playpen-tiny\npartner: mock\ngames: [taboo]\n")
+    proc = run_cli("eval", "--config", str(spec), "--executor", "local", "--dry-run",
+                   f"storage_root={tmp_path / 'runs'}")
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"eval dir \S+/runs/eval/playpen-tiny--mock-\d{8}-\d{6}\b", proc.stdout), proc.stdout
+    assert not (tmp_path / "runs").exists()  # a dry run writes nothing
 
 
 def test_progress_line_from_metrics(tmp_path):

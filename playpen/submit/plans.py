@@ -12,7 +12,7 @@ from typing import Any, Callable
 from playpen.config import config_file, load_config
 from playpen.errors import PlaypenError
 from playpen.storage import (DEFAULT_STORAGE, STORAGE_ENV, RunDir, check_location, not_a_link, path_under,
-                             resolve_storage_root, slug, timestamp)
+                             resolve_storage_root, slug, slug_joined, timestamp)
 from playpen.submit import executor as exe
 from playpen.submit import jobs, status
 from playpen.submit.profiles import ClusterProfile
@@ -82,7 +82,8 @@ def plan_eval(args: argparse.Namespace, profile: ClusterProfile, config: str, re
     except PlaypenError as e:
         raise PlaypenError(f"{config}: {e}") from None
     root = storage_root_for(profile, spec.storage_root, check=not args.dry_run)
-    safe = slug(Path(spec.model).name)
+    # the pair in the default folder's name, as clem names the records inside (MODEL--PARTNER)
+    safe = slug_joined([Path(m).name for m in (spec.model, spec.partner) if m is not None], "--")
     results = not_a_link(Path(spec.results_dir).expanduser().absolute(), "results_dir") if spec.results_dir else \
         path_under(root, "eval", f"{safe}-{timestamp()}", what="results folder")
     job = jobs.EvalJob(spec, str(results), str(status.log_dir(results)), profile.max_requeues,
