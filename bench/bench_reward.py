@@ -13,6 +13,9 @@ Each step is the documented command, run as its own process (configs/reward/tiny
    model with beta > 0 (KL to the base model, logged per step);
 4. meter before/after: `playpen meter playpen-tiny --compare <trained>` on the held-out validation prompts, scored
    by VADER (the independent labeller: did the text really get more positive?) and by the reward model.
+5. every RL checkpoint (`trainer.save_steps`, --checkpoint-every): metered on held-in train prompts by VADER, the
+   independent metric that picks the checkpoint, and on the held-out prompts by VADER (gold) and by the reward
+   model (proxy): the proxy-vs-gold curve per checkpoint (Gao et al., arXiv 2210.10760) → <results>-checkpoints.png.
 Target (issue 14): the mean score moves by more than 5 standard errors while KL is reported and bounded.
 """
 from __future__ import annotations
@@ -64,6 +67,8 @@ def parse_args():
     p.add_argument("--rl-lr", type=float, default=None, help="GRPO learning rate (default: the config's)")
     p.add_argument("--rl-batch", type=int, default=None, help="GRPO completions per step (default: the config's)")
     p.add_argument("--threads", type=int, default=None, help="cpu_threads of both runs (default: the configs')")
+    p.add_argument("--checkpoint-every", type=int, default=10, help="RL steps between the checkpoints metered in 5.")
+    p.add_argument("--held-in-samples", type=int, default=4, help="clues per held-in train prompt per checkpoint")
     return p.parse_args()
 
 
@@ -261,21 +266,109 @@ def main() -> int:
               *([] if names.model == "playpen-tiny" else ["lora.modules_to_save=null"]),  # [norm]: the tiny's
               *override("trainer.max_steps", args.rl_steps), *override("trainer.beta", args.beta),
               *override("trainer.learning_rate", args.rl_lr),
-              *override("trainer.per_device_train_batch_size", args.rl_batch)], env))
+              *override("trainer.per_device_train_batch_size", args.rl_batch),
+              *override("trainer.save_steps", args.checkpoint_every)], env))
     step("4a meter (VADER)", f"meter {names.model} --compare {names.rl} --classifier vader",
          storage / "meter-vader" / "comparison.json", lambda: meter(
              names.model, "vader", storage / "meter-vader", args.meter_samples, env, compare=names.rl))
     step("4b meter (reward model)", f"meter {names.model} --compare {names.rl} --classifier {names.rm}",
          storage / "meter-rm" / "comparison.json", lambda: meter(
              names.model, names.rm, storage / "meter-rm", args.meter_samples, env, compare=names.rl))
+    for checkpoint in checkpoints(storage, names):
+        out = storage / "checkpoints" / checkpoint.name
+        for key, classifier, prompts, samples in (("held-in", "vader", TRAIN_PROMPTS, args.held_in_samples),
+                                                  ("gold", "vader", VAL_PROMPTS, args.meter_samples),
+                                                  ("proxy", names.rm, VAL_PROMPTS, args.meter_samples)):
+            step(f"5 {checkpoint.name} {key}", f"meter <checkpoint> --classifier {classifier}",
+                 summary_in(out / key),
+                 lambda c=checkpoint, k=key, cl=classifier, pr=prompts, n=samples: meter(
+                     str(c), cl, out / k, n, env, prompts=pr))
     return write_results(args, storage, times, load_avg, names)
+
+
+def summary_in(folder: Path) -> Path:
+    """The meter's summary in `folder` (named after the model as the meter names it), or a path that does not exist."""
+    return next(iter(sorted(folder.glob("*.summary.json"))), folder / "missing.summary.json")
+
+
+def checkpoints(storage: Path, names: Names) -> list[Path]:
+    folder = storage / names.rl_exp / "v1" / "checkpoints"
+    return sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])) if folder.is_dir() else []
+
+
+def checkpoint_table(storage: Path, names: Names) -> list[dict]:
+    """Per RL checkpoint: held-in VADER (the selection metric), held-out VADER (gold) and reward model (proxy)."""
+    rows = []
+    for checkpoint in checkpoints(storage, names):
+        folder = storage / "checkpoints" / checkpoint.name
+        parts = {k: summary_in(folder / k) for k in ("held-in", "gold", "proxy")}
+        if all(p.is_file() for p in parts.values()):
+            rows.append({"step": int(checkpoint.name.split("-")[1]),
+                         **{k: load(p) for k, p in parts.items()}})
+    return rows
+
+
+def plot_checkpoints(rows: list[dict], base: dict, out: Path, chosen: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, gold_axis = plt.subplots(figsize=(7, 4))
+    steps = [0] + [r["step"] for r in rows]
+    for key, axis, color, label in (("gold", gold_axis, "tab:green", "VADER on held-out prompts (gold)"),
+                                    ("held-in", gold_axis, "tab:olive", "VADER on held-in prompts (selects)")):
+        means = [base[key]["mean"]] + [r[key]["mean"] for r in rows]
+        errors = [base[key]["stderr"]] + [r[key]["stderr"] for r in rows]
+        axis.errorbar(steps, means, yerr=errors, color=color, marker="o", capsize=3, label=label)
+    gold_axis.set_xlabel("GRPO step (0 = base model)")
+    gold_axis.set_ylabel("VADER compound sentiment (mean)")
+    proxy_axis = gold_axis.twinx()
+    proxy_axis.errorbar(steps, [base["proxy"]["mean"]] + [r["proxy"]["mean"] for r in rows],
+                        yerr=[base["proxy"]["stderr"]] + [r["proxy"]["stderr"] for r in rows], color="tab:blue",
+                        marker="s", capsize=3, label="reward model on held-out prompts (proxy)")
+    proxy_axis.set_ylabel("reward model score (mean)")
+    gold_axis.axvline(chosen, color="grey", linestyle=":", label=f"chosen: step {chosen}")
+    handles = gold_axis.get_legend_handles_labels()[0] + proxy_axis.get_legend_handles_labels()[0]
+    gold_axis.legend(handles, [h.get_label() for h in handles], fontsize=7, loc="upper left")
+    gold_axis.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def checkpoint_lines(storage: Path, names: Names) -> list[str]:
+    rows = checkpoint_table(storage, names)
+    if not rows:
+        return []
+    base = {"held-in": load(storage / "label" / f"{names.file}.summary.json"),
+            "gold": load(storage / "meter-vader" / f"{names.file}.summary.json"),
+            "proxy": load(storage / "meter-rm" / f"{names.file}.summary.json")}
+    chosen = max(rows, key=lambda r: r["held-in"]["mean"])["step"]
+    plot_checkpoints(rows, base, RESULTS / f"{names.results}-checkpoints.png", chosen)
+    cell = lambda s: f"{s['mean']:.3f} ± {s['stderr']:.3f}"  # noqa: E731
+    lines = ["## Choosing the RL checkpoint by an independent metric", "",
+             "Each checkpoint metered on held-in train prompts by VADER (the pick: the highest mean), and on the "
+             "held-out prompts by VADER (gold) and by the reward model it was trained against (proxy). The base "
+             "model's held-in row is the labelling run's.", "",
+             "| step | held-in VADER (selects) | held-out VADER (gold) | held-out reward model (proxy) |",
+             "|---:|---:|---:|---:|", f"| 0 (base) | {cell(base['held-in'])} | {cell(base['gold'])} | "
+             f"{cell(base['proxy'])} |"]
+    lines += [f"| {r['step']}{' **chosen**' if r['step'] == chosen else ''} | {cell(r['held-in'])} | "
+              f"{cell(r['gold'])} | {cell(r['proxy'])} |" for r in rows]
+    best_gold = max(rows, key=lambda r: r["gold"]["mean"])["step"]
+    best_proxy = max(rows, key=lambda r: r["proxy"]["mean"])["step"]
+    lines += ["", f"Chosen by held-in VADER: step {chosen}; the best held-out gold is at step {best_gold}, the best "
+              f"proxy at step {best_proxy}.", "", f"![checkpoints]({names.results}-checkpoints.png)", ""]
+    return lines
 
 
 def write_results(args, storage: Path, times: dict, load_avg: float, names: Names) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     png, md = RESULTS / f"{names.results}.png", RESULTS / f"{names.results}.md"
     plot(curve(storage / names.rl_exp / "v1" / "metrics.jsonl"), storage / "meter-vader", png, names)
-    md.write_text(report(args, storage, times, load_avg, names))
+    md.write_text(report(args, storage, {k: v for k, v in times.items() if not k.startswith("5 ")}, load_avg, names)
+                  + "\n".join(checkpoint_lines(storage, names)))
     print(f"\nwrote {md} and {png} (runs in {storage})")
     return 0
 
