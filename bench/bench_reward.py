@@ -267,7 +267,8 @@ def main() -> int:
               *override("trainer.max_steps", args.rl_steps), *override("trainer.beta", args.beta),
               *override("trainer.learning_rate", args.rl_lr),
               *override("trainer.per_device_train_batch_size", args.rl_batch),
-              *override("trainer.save_steps", args.checkpoint_every)], env))
+              *override("trainer.save_steps", args.checkpoint_every),
+              "trainer.save_total_limit=1000"], env))  # every checkpoint kept for step 5
     step("4a meter (VADER)", f"meter {names.model} --compare {names.rl} --classifier vader",
          storage / "meter-vader" / "comparison.json", lambda: meter(
              names.model, "vader", storage / "meter-vader", args.meter_samples, env, compare=names.rl))
