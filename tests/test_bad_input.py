@@ -367,6 +367,9 @@ JOBS = {  # name: (argv, files, what the line says)
     "eval job: unknown partner": (["submit", "eval", "--config", "e.yaml", "--executor", "local", "--dry-run"],
                                   {"e.yaml": "model: playpen-tiny\npartner: nope-model\ngames: [taboo]\n"},
                                   "e.yaml: unknown model 'nope-model'"),
+    "eval job: partner without key": (["submit", "eval", "--config", "e.yaml", "--executor", "local", "--dry-run"],
+                                      {"e.yaml": "model: playpen-tiny\npartner: gpt-4o-mini\ngames: [taboo]\n"},
+                                      "partner 'gpt-4o-mini' uses the remote backend 'openai' but key.json has no"),
 }
 
 

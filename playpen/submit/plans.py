@@ -69,16 +69,16 @@ def plan_train(args: argparse.Namespace, profile: ClusterProfile, config: str, r
 def plan_eval(args: argparse.Namespace, profile: ClusterProfile, config: str, res: exe.Resources) -> Plan:
     if res.nodes > 1:
         raise PlaypenError("eval runs on one node; drop --nodes (use a sweep to spread models over nodes)")
-    from playpen.models.specs import resolve_eval_model
-    from playpen.eval.pairs import pair_games
+    from playpen.eval.pairs import pair_games, resolve_partner
     from playpen.games.registry import select_games
+    from playpen.models.specs import resolve_eval_model
 
     spec = load_config(jobs.EvalSpec, config, list(args.overrides))
     try:  # the model and games now, as a sweep's are, not when the job starts
         resolve_eval_model(spec.model)
         entries = select_games(spec.games, spec.suite)
-        if spec.partner is not None:  # partner: as `playpen eval MODEL PARTNER`, two-player games only
-            pair_games(entries, resolve_eval_model(spec.partner), named=bool(spec.games))
+        if spec.partner is not None:  # as `playpen eval MODEL PARTNER` and a sweep's partners: key.json, 2 seats
+            pair_games(entries, resolve_partner(spec.partner), named=bool(spec.games))
     except PlaypenError as e:
         raise PlaypenError(f"{config}: {e}") from None
     root = storage_root_for(profile, spec.storage_root, check=not args.dry_run)
