@@ -30,9 +30,9 @@ def load_judge(judge, max_tokens: int = MAX_NEW_TOKENS, temperature: float = TEM
     if judge == PROGRAMMATIC:
         return pr.judge_reply
     if isinstance(judge, str):
-        from playpen.train.players import load_clemcore_model, resolve_player
+        from playpen.models import service
 
-        judge = load_clemcore_model(resolve_player(judge, "judge"), max_tokens, temperature)
+        judge = service.load_player(service.resolve(judge, "judge"), max_tokens, temperature)
     return lambda messages: judge.generate_response(messages)[2]
 
 

@@ -50,10 +50,10 @@ def check(cfg: TournamentConfig, where: str) -> None:
         raise PlaypenError(f"{where}: no judge: list at least one under judges: (a registry model or programmatic)")
     if not cfg.debaters or (cfg.game == "debate" and len(set(cfg.debaters)) < 2 and not cfg.self_play):
         raise PlaypenError(f"{where}: list at least two debaters (or one with self_play: true)")
-    from playpen.train.players import resolve_player
+    from playpen.models import service
 
     for name in {*cfg.debaters, *cfg.judges} - {PROGRAMMATIC}:
-        resolve_player(name, "tournament player")  # unknown names and missing keys: one line, before any play
+        service.resolve(name, "tournament player")  # unknown names and missing keys: one line, before any play
 
 
 def matches(cfg: TournamentConfig) -> list[tuple[str, ...]]:
@@ -71,9 +71,9 @@ def _model(name: str, cache: dict, cfg: TournamentConfig):
 
             cache[name] = expert_model()
         else:
-            from playpen.train.players import load_clemcore_model, resolve_player
+            from playpen.models import service
 
-            cache[name] = load_clemcore_model(resolve_player(name, "tournament player"), cfg.max_new_tokens,
+            cache[name] = service.load_player(service.resolve(name, "tournament player"), cfg.max_new_tokens,
                                               cfg.temperature)
     return cache[name]
 

@@ -87,13 +87,13 @@ def game_registry():
 
 def run_trainer(file: str | Path, learner: str, teacher: str | None = None, max_tokens: int = MAX_NEW_TOKENS,
                 temperature: float = 0.0) -> BasePlaypenTrainer:
-    from playpen.train import players
+    from playpen.models import service
 
     cls = find_trainer_class(file)
-    learner_spec = players.resolve_player(learner, "learner")  # both checked (keys too) before loading either
-    teacher_spec = players.resolve_player(teacher, "teacher")
-    learner_model = with_get_name(players.load_clemcore_model(learner_spec, max_tokens, temperature))
-    teacher_model = with_get_name(players.load_clemcore_model(teacher_spec, max_tokens, temperature)) \
+    learner_spec = service.resolve(learner, "learner")  # both checked (keys too) before loading either
+    teacher_spec = service.resolve(teacher, "teacher") if teacher else None
+    learner_model = with_get_name(service.load_player(learner_spec, max_tokens, temperature))
+    teacher_model = with_get_name(service.load_player(teacher_spec, max_tokens, temperature)) \
         if teacher_spec else None
     # upstream trainers take (learner) alone when there is no teacher, as upstream's `playpen run` calls them
     trainer = cls(learner_model, teacher_model) if teacher_model is not None else cls(learner_model)

@@ -16,7 +16,8 @@ from playpen.errors import PlaypenError
 from playpen.games.instances import generate_instances, instances_file, load_instances, pick_generated
 from playpen.storage import remove_tree
 from playpen import distributed
-from playpen.train.players import frozen_policy, load_clemcore_model, resolve_teacher
+from playpen.models import service
+from playpen.train.players import frozen_policy
 from playpen.train.recipe import TrainConfig
 
 
@@ -79,8 +80,8 @@ def check_game(cfg: GameConfig, where: str) -> dict:
         if not entry.builtin:
             raise PlaypenError(f"{where}: teacher: programmatic plays the built-in games' experts; {cfg.game} "
                                f"comes from {entry.source}: name a model as its teacher")
-    else:
-        resolve_teacher(cfg.teacher)  # unknown name or missing key.json entry: one line, now
+    elif cfg.teacher:
+        service.resolve(cfg.teacher, "teacher")  # unknown name or missing key.json entry: one line, now
     if cfg.generate is not None and not isinstance(cfg.generate.get("seed"), int):
         raise PlaypenError(f"{where}: generate needs an integer seed, e.g. generate: {{seed: 7}}")
     train_instances(cfg)  # the instances file exists and parses, or the generator runs: before anything is written
@@ -97,12 +98,12 @@ def load_teacher(cfg: GameConfig):
         from playpen.games import expert_model
 
         return expert_model(seed=cfg.seed)
-    spec = resolve_teacher(cfg.teacher)
-    if spec is None:
+    if not cfg.teacher:
         return None
+    spec = service.resolve(cfg.teacher, "teacher")
     if spec.get("backend") == "huggingface_local":
         return frozen_policy(spec)
-    return load_clemcore_model(spec, cfg.max_new_tokens, 0.0)
+    return service.load_player(spec, cfg.max_new_tokens, 0.0)
 
 
 @contextmanager
