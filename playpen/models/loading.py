@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from playpen.distributed import dist_info, has_cuda  # noqa: F401 (re-exported: models load per rank)
+from playpen.distributed import dist_info, has_cuda
 from playpen.errors import PlaypenError
 
 QUANTIZATION = ("4bit", "8bit")
