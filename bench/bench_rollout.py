@@ -155,17 +155,17 @@ def main() -> None:
                  for e in episodes}
         if kv_cache:
             played[batch_size] = episodes
-            split[batch_size] = dict(forward_time)
+            phases[("engine", batch_size)] = dict(forward_time)
         return wall, cpu, stats, positions[0]
 
-    split: dict[int, dict] = {}  # batch size → the engine's last prefill/decode forward seconds
+    phases: dict[tuple[str, int], dict] = {}  # (engine|raw, batch size) → its last run's prefill/decode seconds
 
     def raw(batch_size: int):
         positions[0] = 0
         t0, c0 = time.perf_counter(), time.process_time()
         times = raw_loop(inner, policy.pad_id, played[batch_size], batch_size)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        split[("raw", batch_size)] = times
+        phases[("raw", batch_size)] = times
         return wall, cpu, {}, positions[0]
 
     # warm-up: first forwards, allocator, imports inside the runners
@@ -190,7 +190,7 @@ def main() -> None:
                 print(f"threads {threads} round {round_no + 1}: {label:38s} b={batch:<3d} "
                       f"{len(rows) / wall:7.2f} eps/s ({wall:.1f} s wall, {cpu:.1f} s cpu)", flush=True)
         sections.append(section(threads, plan, samples, len(rows), load_before, os.getloadavg()[0]))
-        sections.append(split_lines(threads, plan, samples, split, played, len(rows)))
+        sections.append(split_lines(threads, plan, samples, phases, played, len(rows)))
 
     build = json.loads((Path(spec.huggingface_id) / "playpen_build.json").read_text()) \
         if (Path(spec.huggingface_id) / "playpen_build.json").is_file() else {}
@@ -290,7 +290,7 @@ def raw_loop(model, pad_id: int, episodes: list, batch_size: int) -> dict:
     return times
 
 
-def split_lines(threads, plan, samples, split, played, n) -> list[str]:
+def split_lines(threads, plan, samples, phases, played, n) -> list[str]:
     """Engine vs raw per batch size: tokens/s and where each one's time goes (from the last round)."""
     lines = [f"### {threads} thread{'s' if threads > 1 else ''}: engine vs the raw loop", "",
              "| batch | raw tokens/s | engine tokens/s | engine ÷ raw | engine prefill s | decode s | rest s "
@@ -298,11 +298,11 @@ def split_lines(threads, plan, samples, split, played, n) -> list[str]:
     walls = {(runner, batch): statistics.median(x[0] for x in samples[k])
              for k, (_, runner, batch, _) in enumerate(plan)}
     for batch in sorted(b for b in played):
-        if ("raw", batch) not in split:
+        if ("raw", batch) not in phases:
             continue
-        tokens = split[("raw", batch)]["tokens"]
+        tokens = phases[("raw", batch)]["tokens"]
         engine_wall, raw_wall = walls[("engine", batch)], walls[("raw", batch)]
-        e, r = split[batch], split[("raw", batch)]
+        e, r = phases[("engine", batch)], phases[("raw", batch)]
         lines.append(f"| {batch} | {tokens / raw_wall:,.0f} | {tokens / engine_wall:,.0f} | "
                      f"{raw_wall / engine_wall:.2f} | {e['prefill']:.1f} | {e['decode']:.1f} | "
                      f"{engine_wall - e['prefill'] - e['decode']:.1f} | {r['prefill']:.1f} | {r['decode']:.1f} |")
