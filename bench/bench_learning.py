@@ -198,19 +198,20 @@ def skill_sft(storage: Path, start: Path, args, task: Task, experiment: str, dat
     data = jsonl(storage / f"sft-{task.tag}-{data_seed}-{len(rows)}.jsonl", rows)
     return train("sft", storage, [
         f"experiment={experiment}", f"model={start}", f"data={data}", f"trainer.max_steps={steps}",
-        f"trainer.per_device_train_batch_size={args.group_size}",
-        f"trainer.gradient_accumulation_steps={args.prompts_per_step}", f"trainer.learning_rate={args.sft_lr}",
+        # GRPO's sequences per step in rows of 8, whatever its group size: a group-size setting keeps the SFT arms
+        f"trainer.per_device_train_batch_size={min(8, sequences)}",
+        f"trainer.gradient_accumulation_steps={max(1, sequences // 8)}", f"trainer.learning_rate={args.sft_lr}",
         f"trainer.save_steps={max(steps // 5, 1)}"])
 
 
 def screened(storage: Path, sft: Path, task: Task, args) -> str:
     """GRPO's prompts: the train instances whose pass rate under the SFT model at the rollout temperature is
-    strictly between 0 and 1 (`playpen screen`, 8 samples each)."""
+    strictly between 0 and 1 (`playpen screen`, 8 samples each, whatever GRPO's group size)."""
     from playpen.eval.screening import screen
 
-    path = storage / f"{task.game}-train-screened.json"
+    path = storage / f"{task.game}-train-screened-{sft.name}-T{args.temperature:g}.json"
     if not path.is_file():
-        screen(str(sft), task.game, path, split=task.train, samples=args.group_size, temperature=args.temperature,
+        screen(str(sft), task.game, path, split=task.train, samples=8, temperature=args.temperature,
                max_new_tokens=args.max_new_tokens, batch_size=64)
     return str(path)
 
@@ -491,13 +492,13 @@ def main() -> None:
     if sft is None:
         raise SystemExit("[bench_learning] --report-only: the SFT stages have not finished yet")
     diag = {"cold start": diagnostic(task, str(cold), f"cold{task.suffix}", storage, args),
-            "SFT": diagnostic(task, str(sft), f"sft{task.suffix}", storage, args)}
+            "SFT": diagnostic(task, str(sft), f"sft{task.suffix}-{sft.name}", storage, args)}
     print(f"[bench_learning] diagnostic: {json.dumps(diag)}", flush=True)
     split = task.train
     if task.screen and not args.quick:  # (--quick's two problems per difficulty rarely vary under 2 samples)
         split = screened(storage, sft, task, args)
         kept = sum(len(e["game_instances"]) for e in json.loads(Path(split).read_text())["experiments"])
-        timings["screened"] = (f"{kept} train instances whose {args.group_size} samples at T={args.temperature:g} "
+        timings["screened"] = (f"{kept} train instances whose 8 samples at T={args.temperature:g} "
                                "under the SFT model vary (`playpen screen`)")
     # the first GRPO seed before the compute-matched SFT: an interrupted bench has the more informative arm first
     runs = {}
