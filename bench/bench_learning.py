@@ -473,6 +473,38 @@ def report_lines(task: Task, arms: dict, diag: dict, curves: dict, second: dict,
     return lines
 
 
+SEARCHED = ("skill_sft_steps", "steps", "group_size", "prompts_per_step", "grpo_lr", "beta", "temperature",
+            "dynamic_sampling")
+
+
+def search_lines(game: str) -> list[str]:
+    """Every finished report of `game` in bench/results, one row per GRPO seed: the setting that differs from the
+    main report's, SFT, compute-matched SFT, GRPO, and the paired difference (the search the issue asks for)."""
+    main_stem = "learning" + TASKS[game].suffix
+    reports = sorted((path for path in RESULTS.glob("learning*.json")
+                      if json.loads(path.read_text())["settings"].get("game", "referencegame") == game),
+                     key=lambda path: (path.stem != main_stem, path.stem))
+    if not reports or reports[0].stem != main_stem:
+        return []
+    base = json.loads(reports[0].read_text())["settings"]
+    lines = [f"## The search ({len(reports)} setting{'s' * (len(reports) != 1)}; each row one GRPO seed against its own compute-matched SFT)", "",
+             "| report | setting (vs the main report) | SFT | SFT continued | SFT→GRPO | GRPO − continued (paired s.e.) "
+             "| McNemar p | target |", "|---|---|---|---|---|---|---|---|"]
+    for path in reports:
+        data = json.loads(path.read_text())
+        arms, settings = data["arms"], data["settings"]
+        changed = ", ".join(f"{k} {settings[k]}" for k in SEARCHED if settings.get(k) != base.get(k)) or "main"
+        if "SFT continued" not in arms:
+            continue
+        for name in [n for n in arms if n.startswith("SFT→GRPO")]:
+            d = paired(arms[name]["greedy"], arms["SFT continued"]["greedy"])
+            lines.append(f"| {path.stem} | {changed}, {name.removeprefix('SFT→GRPO ')} | "
+                         f"{accuracy(arms['SFT']['greedy'])[0]:.1f} | {accuracy(arms['SFT continued']['greedy'])[0]:.1f} "
+                         f"| {accuracy(arms[name]['greedy'])[0]:.1f} | {d['diff']:+.1f} ({d['se']:.1f}) | {d['p']:.2f} | "
+                         f"{'met' if d['diff'] > 2 * d['se'] else 'missed'} |")
+    return lines + ["", "Greedy held-out accuracy (%); the target is a difference above 2 paired s.e."]
+
+
 def main() -> None:
     args = parse_args()
     import torch
@@ -540,6 +572,12 @@ def main() -> None:
         {"settings": vars(args), "arms": arms, "diagnostic": diag, "curves": curves, "timings": timings,
          "second_game": second}, indent=1))
     print(f"[bench_learning] wrote {report} and {png}")
+    if not args.quick and (search := search_lines(task.game)):
+        out = RESULTS / f"learning-search-{task.game}.md"
+        out.write_text("\n".join([f"# Learning in interaction on {MODEL}: the search on {task.game}", "",
+                                   "Written by `bench/bench_learning.py` after each report (dequantized Q4_1 GGUF "
+                                   "weights, bf16 autocast, 1 thread).", "", *search, ""]))
+        print(f"[bench_learning] wrote {out}")
 
 
 if __name__ == "__main__":
