@@ -195,7 +195,9 @@ def skill_sft(storage: Path, start: Path, args, task: Task, experiment: str, dat
     sequences = args.prompts_per_step * args.group_size
     rows = demonstrations(episodes_per_game=steps * sequences, seed=data_seed, games=(task.game,),
                           skill_range=(1.0, 1.0), split=split, roles=(task.role,))
-    data = jsonl(storage / f"sft-{task.tag}-{data_seed}-{len(rows)}.jsonl", rows)
+    # named by what is in it: seed, size and (other than the task's own train set) the instance set it was played on
+    prompts = "" if split == task.train else f"-{Path(split).stem}"
+    data = jsonl(storage / f"sft-{task.tag}-{data_seed}-{len(rows)}{prompts}.jsonl", rows)
     return train("sft", storage, [
         f"experiment={experiment}", f"model={start}", f"data={data}", f"trainer.max_steps={steps}",
         # GRPO's sequences per step in rows of 8, whatever its group size: a group-size setting keeps the SFT arms
@@ -489,7 +491,8 @@ def search_lines(game: str) -> list[str]:
     base = json.loads(reports[0].read_text())["settings"]
     lines = [f"## The search ({len(reports)} setting{'s' * (len(reports) != 1)}; each row one GRPO seed against its own compute-matched SFT)", "",
              "| report | setting (vs the main report) | SFT | SFT continued | SFT→GRPO | GRPO − continued (paired s.e.) "
-             "| McNemar p | target |", "|---|---|---|---|---|---|---|---|"]
+             "| McNemar p | target | GRPO − SFT (paired s.e.) | training reward, first → last fifth | uniform groups "
+             "left |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for path in reports:
         data = json.loads(path.read_text())
         arms, settings = data["arms"], data["settings"]
@@ -498,10 +501,15 @@ def search_lines(game: str) -> list[str]:
             continue
         for name in [n for n in arms if n.startswith("SFT→GRPO")]:
             d = paired(arms[name]["greedy"], arms["SFT continued"]["greedy"])
+            start = paired(arms[name]["greedy"], arms["SFT"]["greedy"])
+            curve = data["curves"][name]
+            fifth = max(1, len(curve["reward"]) // 5)
             lines.append(f"| {path.stem} | {changed}, {name.removeprefix('SFT→GRPO ')} | "
                          f"{accuracy(arms['SFT']['greedy'])[0]:.1f} | {accuracy(arms['SFT continued']['greedy'])[0]:.1f} "
                          f"| {accuracy(arms[name]['greedy'])[0]:.1f} | {d['diff']:+.1f} ({d['se']:.1f}) | {d['p']:.2f} | "
-                         f"{'met' if d['diff'] > 2 * d['se'] else 'missed'} |")
+                         f"{'met' if d['diff'] > 2 * d['se'] else 'missed'} | {start['diff']:+.1f} ({start['se']:.1f}) | "
+                         f"{sum(curve['reward'][:fifth]) / fifth:.3f} → {sum(curve['reward'][-fifth:]) / fifth:.3f} | "
+                         f"{100 * sum(curve['dynamic/uniform_left']) / len(curve['reward']):.0f} % |")
     return lines + ["", "Greedy held-out accuracy (%); the target is a difference above 2 paired s.e."]
 
 
