@@ -93,6 +93,8 @@ def parse_args():
     p.add_argument("--grpo-lr", type=float, default=2e-5)
     p.add_argument("--beta", type=float, default=0.0)
     p.add_argument("--dynamic-sampling", type=int, default=1, help="refill rounds for uniform groups")
+    p.add_argument("--screen", action=argparse.BooleanOptionalAction, default=None, help="GRPO's and the continued "
+                   "SFT's prompts screened under the SFT model (default: the task's; --no-screen: the whole train set)")
     p.add_argument("--temperature", type=float, default=0.7, help="rollout temperature (and sampled evaluation)")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="GRPO seeds, every one reported")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the task's (16 referencegame, "
@@ -109,6 +111,7 @@ def parse_args():
     args = p.parse_args()
     task = TASKS[args.game]
     args.max_new_tokens = args.max_new_tokens or task.max_new_tokens
+    args.screen = task.screen if args.screen is None else args.screen
     args.skill_sft_steps = args.skill_sft_steps or (10 if args.game == "arithmetic" else args.steps)
     if args.quick:
         args.sft_episodes, args.sft_steps, args.sft_batch = 8, 2, 2
@@ -476,7 +479,7 @@ def report_lines(task: Task, arms: dict, diag: dict, curves: dict, second: dict,
 
 
 SEARCHED = ("skill_sft_steps", "steps", "group_size", "prompts_per_step", "grpo_lr", "beta", "temperature",
-            "dynamic_sampling")
+            "dynamic_sampling", "screen")
 
 
 def search_lines(game: str) -> list[str]:
@@ -496,7 +499,8 @@ def search_lines(game: str) -> list[str]:
     for path in reports:
         data = json.loads(path.read_text())
         arms, settings = data["arms"], data["settings"]
-        changed = ", ".join(f"{k} {settings[k]}" for k in SEARCHED if settings.get(k) != base.get(k)) or "main"
+        changed = ", ".join(f"{k} {settings.get(k)}" for k in SEARCHED
+                            if settings.get(k, base.get(k)) != base.get(k)) or "main"
         if "SFT continued" not in arms:
             continue
         for name in [n for n in arms if n.startswith("SFT→GRPO")]:
@@ -535,7 +539,7 @@ def main() -> None:
             "SFT": diagnostic(task, str(sft), f"sft{task.suffix}-{sft.name}", storage, args)}
     print(f"[bench_learning] diagnostic: {json.dumps(diag)}", flush=True)
     split = task.train
-    if task.screen and not args.quick:  # (--quick's two problems per difficulty rarely vary under 2 samples)
+    if args.screen and not args.quick:  # (--quick's two problems per difficulty rarely vary under 2 samples)
         split = screened(storage, sft, task, args)
         kept = sum(len(e["game_instances"]) for e in json.loads(Path(split).read_text())["experiments"])
         timings["screened"] = (f"{kept} train instances whose 8 samples at T={args.temperature:g} "
