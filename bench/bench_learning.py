@@ -198,9 +198,9 @@ def skill_sft(storage: Path, start: Path, args, task: Task, experiment: str, dat
     sequences = args.prompts_per_step * args.group_size
     rows = demonstrations(episodes_per_game=steps * sequences, seed=data_seed, games=(task.game,),
                           skill_range=(1.0, 1.0), split=split, roles=(task.role,))
-    # named by what is in it: seed, size and (other than the task's own train set) the instance set it was played on
-    prompts = "" if split == task.train else f"-{Path(split).stem}"
-    data = jsonl(storage / f"sft-{task.tag}-{data_seed}-{len(rows)}{prompts}.jsonl", rows)
+    # named by what is in it (seed, size, instance set): a run's id hashes its config, which names the file, not
+    # its rows, so two arms must never share a file name
+    data = jsonl(storage / f"sft-{task.tag}-{data_seed}-{len(rows)}-{Path(split).stem}.jsonl", rows)
     return train("sft", storage, [
         f"experiment={experiment}", f"model={start}", f"data={data}", f"trainer.max_steps={steps}",
         # GRPO's sequences per step in rows of 8, whatever its group size: a group-size setting keeps the SFT arms
