@@ -3,6 +3,7 @@
     python bench/bench_rollout.py [--episodes 64] [--max-new-tokens 24] [--batch-sizes 16 64] [--repeats 3]
                                   [--threads 1 2] [--model playpen-tiny] [--game wordle]
     python bench/bench_rollout.py --model runs/.../checkpoints/checkpoint-N   # a real model's checkpoint
+    python bench/bench_rollout.py --model smol-135m --sft-steps 90 --game wordle   # issue 23: >= 3 rounds
                                                               # → bench/results/rollout-<model>.md
 
 Same model object (playpen-tiny loaded once through clemcore's huggingface_local backend, exactly as `clem run`
@@ -56,15 +57,38 @@ def parse_args():
                    help="torch thread counts to measure (clemcore's huggingface backend sets 1)")
     p.add_argument("--model", default="playpen-tiny",
                    help="registry name, run folder or checkpoint (what `playpen eval` takes)")
+    p.add_argument("--sft-steps", type=int, default=0, help="first train --model with LoRA SFT on N steps of the "
+                   "game's expert demonstrations (150 episodes; rerunning reuses the finished run) and bench that: a "
+                   "real model that plays several rounds (issue 23's case: wordle, 90 steps)")
     p.add_argument("--out", type=Path, default=None, help="default bench/results/rollout.md for playpen-tiny, "
                    "else rollout-<model>.md")
     args = p.parse_args()
+    if args.sft_steps:
+        args.model = str(sft_checkpoint(args.model, args.game, args.sft_steps))
     if args.out is None:
         from playpen.storage import slug
 
         name = slug(Path(args.model).name)
         args.out = RESULTS if args.model == "playpen-tiny" else RESULTS.with_name(f"rollout-{name}.md")
     return args
+
+
+def sft_checkpoint(model: str, game: str, steps: int) -> Path:
+    """`model` after `steps` LoRA SFT steps (batch 4 × 2) on `game`'s expert demonstrations, under runs/bench-rollout
+    (the run id hashes the config: a rerun finds the finished run)."""
+    from playpen.games import demonstrations
+    from playpen.train import train
+
+    storage = REPO / "runs" / "bench-rollout"
+    data = storage / f"sft-{game}-150.jsonl"
+    if not data.is_file():
+        storage.mkdir(parents=True, exist_ok=True)
+        data.write_text("".join(json.dumps({"messages": m, "meta": {"source": "expert demonstrations"}}) + "\n"
+                                for m in demonstrations(episodes_per_game=150, seed=13, games=(game,))))
+    return train("sft", None, [f"storage_root={storage}", f"experiment=rollout-{game}-sft", f"model={model}",
+                               f"data={data}", f"trainer.max_steps={steps}", "trainer.per_device_train_batch_size=4",
+                               "trainer.gradient_accumulation_steps=2", "trainer.learning_rate=2e-4",
+                               f"trainer.save_steps={max(steps // 3, 1)}"]).path
 
 
 def clem_stats(results: Path) -> dict[int, tuple[int, str]]:
