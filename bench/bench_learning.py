@@ -499,8 +499,9 @@ def search_lines(game: str) -> list[str]:
     for path in reports:
         data = json.loads(path.read_text())
         arms, settings = data["arms"], data["settings"]
-        changed = ", ".join(f"{k} {settings.get(k)}" for k in SEARCHED
-                            if settings.get(k, base.get(k)) != base.get(k)) or "main"
+        setting = lambda run, k: run.get(k, {"screen": TASKS[game].screen}.get(k))  # noqa: E731 (reports from before a flag)
+        changed = ", ".join(f"{k} {setting(settings, k)}" for k in SEARCHED
+                            if setting(settings, k) != setting(base, k)) or "main"
         if "SFT continued" not in arms:
             continue
         for name in [n for n in arms if n.startswith("SFT→GRPO")]:
