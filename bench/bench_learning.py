@@ -309,6 +309,11 @@ def paired(a: list[dict], b: list[dict]) -> dict:
     return {"diff": 100 * mean, "se": 100 * se, "wins": wins, "losses": losses, "p": p}
 
 
+def target_met(d: dict) -> bool:
+    """The issue's target for a paired difference (GRPO − compute-matched SFT): above 2 paired s.e."""
+    return d["diff"] > 2 * d["se"]
+
+
 def per_category(rows: list[dict], task: Task) -> dict:
     """Accuracy per category (target position, difficulty), each answer's share, and the most common answer."""
     acc = {c: 100 * sum(r["correct"] for r in rows if r["target"] == c) / max(1, sum(r["target"] == c for r in rows))
@@ -444,7 +449,7 @@ def report_lines(task: Task, arms: dict, diag: dict, curves: dict, second: dict,
     for name, d in verdict_rows:
         top = per_category(arms[name]["greedy"], task)["top_answer"][1]
         lines.append(f"- {name} − {baseline}: greedy difference {d['diff']:+.1f} vs 2 paired s.e. = {2 * d['se']:.1f} → "
-                     f"**{'met' if d['diff'] > 2 * d['se'] else 'missed'}**; largest {shortcut} {top:.0f} % → "
+                     f"**{'met' if target_met(d) else 'missed'}**; largest {shortcut} {top:.0f} % → "
                      f"**{'met' if top <= 50 else 'missed'}** (≤ 50 %)")
     for name, val in second.items():
         lines.append(f"- {val['label']}, {name}: % played {val['played']:.1f}, quality {val['quality']:.1f} ± "
@@ -486,20 +491,22 @@ def search_lines(game: str) -> list[str]:
     """Every finished report of `game` in bench/results, one row per GRPO seed: the setting that differs from the
     main report's, SFT, compute-matched SFT, GRPO, and the paired difference (the search the issue asks for)."""
     main_stem = "learning" + TASKS[game].suffix
-    reports = sorted((path for path in RESULTS.glob("learning*.json")
-                      if json.loads(path.read_text())["settings"].get("game", "referencegame") == game),
-                     key=lambda path: (path.stem != main_stem, path.stem))
-    if not reports or reports[0].stem != main_stem:
+    everything = {path.stem: json.loads(path.read_text()) for path in RESULTS.glob("learning*.json")}
+    reports = {stem: everything[stem] for stem in sorted(everything, key=lambda stem: (stem != main_stem, stem))
+               if everything[stem]["settings"].get("game", "referencegame") == game}
+    if main_stem not in reports:
         return []
-    base = json.loads(reports[0].read_text())["settings"]
+
+    def setting(settings: dict, key: str):  # (a report written before a flag existed had the task's default)
+        return settings.get(key, {"screen": TASKS[game].screen}.get(key))
+
+    base = reports[main_stem]["settings"]
     lines = [f"## The search ({len(reports)} setting{'s' * (len(reports) != 1)}; each row one GRPO seed against its own compute-matched SFT)", "",
              "| report | setting (vs the main report) | SFT | SFT continued | SFT→GRPO | GRPO − continued (paired s.e.) "
              "| McNemar p | target | GRPO − SFT (paired s.e.) | training reward, first → last fifth | uniform groups "
              "left |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for path in reports:
-        data = json.loads(path.read_text())
+    for stem, data in reports.items():
         arms, settings = data["arms"], data["settings"]
-        setting = lambda run, k: run.get(k, {"screen": TASKS[game].screen}.get(k))  # noqa: E731 (reports from before a flag)
         changed = ", ".join(f"{k} {setting(settings, k)}" for k in SEARCHED
                             if setting(settings, k) != setting(base, k)) or "main"
         if "SFT continued" not in arms:
@@ -509,10 +516,10 @@ def search_lines(game: str) -> list[str]:
             start = paired(arms[name]["greedy"], arms["SFT"]["greedy"])
             curve = data["curves"][name]
             fifth = max(1, len(curve["reward"]) // 5)
-            lines.append(f"| {path.stem} | {changed}, {name.removeprefix('SFT→GRPO ')} | "
+            lines.append(f"| {stem} | {changed}, {name.removeprefix('SFT→GRPO ')} | "
                          f"{accuracy(arms['SFT']['greedy'])[0]:.1f} | {accuracy(arms['SFT continued']['greedy'])[0]:.1f} "
                          f"| {accuracy(arms[name]['greedy'])[0]:.1f} | {d['diff']:+.1f} ({d['se']:.1f}) | {d['p']:.2f} | "
-                         f"{'met' if d['diff'] > 2 * d['se'] else 'missed'} | {start['diff']:+.1f} ({start['se']:.1f}) | "
+                         f"{'met' if target_met(d) else 'missed'} | {start['diff']:+.1f} ({start['se']:.1f}) | "
                          f"{sum(curve['reward'][:fifth]) / fifth:.3f} → {sum(curve['reward'][-fifth:]) / fifth:.3f} | "
                          f"{100 * sum(curve['dynamic/uniform_left']) / len(curve['reward']):.0f} % |")
     return lines + ["", "Greedy held-out accuracy (%); the target is a difference above 2 paired s.e."]

@@ -26,6 +26,7 @@ DPO = ["train", "dpo", "experiment=x", "game=wordle", "storage_root=runs", "cpu_
 EVAL = ["eval", "playpen-tiny", "-g", "wordle", "-r", "res"]
 SUBMIT = ["submit", "sft", "--config", "sft.yaml", "--executor", "local", "--dry-run"]
 SUBMIT_GRPO = ["submit", "grpo", "--config", "grpo.yaml", "--executor", "local", "--dry-run"]
+SUBMIT_EVAL = ["submit", "eval", "--config", "e.yaml", "--executor", "local", "--dry-run"]
 UNREADABLE = "/proc/self/mem"  # a file that exists and cannot be read (permission bits do not stop root)
 READ_ONLY = "/sys"  # a folder that exists and takes no file
 
@@ -350,24 +351,24 @@ JOBS = {  # name: (argv, files, what the line says)
     "train job: teacher a project folder": (SUBMIT_GRPO + ["teacher=project"], {},
                                             "project is a folder with a model registry (mine), not a model"),
     # eval job specs: evaluate()'s arguments, in the ranges of `playpen eval`'s flags
-    "eval job: temperature nan": (["submit", "eval", "--config", "e.yaml", "--executor", "local", "--dry-run"],
+    "eval job: temperature nan": (SUBMIT_EVAL,
                                   {"e.yaml": "model: playpen-tiny\ntemperature: .nan\n"},
                                   "e.yaml: temperature: must be a finite number, got nan"),
-    "eval job: max_new_tokens 0": (["submit", "eval", "--config", "e.yaml", "--executor", "local", "--dry-run"],
+    "eval job: max_new_tokens 0": (SUBMIT_EVAL,
                                    {"e.yaml": "model: playpen-tiny\nmax_new_tokens: 0\n"},
                                    "max_new_tokens: must be at least 1"),
-    "eval job: batch_size 0": (["submit", "eval", "--config", "e.yaml", "--executor", "local", "--dry-run"],
+    "eval job: batch_size 0": (SUBMIT_EVAL,
                                {"e.yaml": "model: playpen-tiny\nbatch_size: 0\n"}, "batch_size: must be at least 1"),
-    "eval job: instances -1": (["submit", "eval", "--config", "e.yaml", "--executor", "local", "--dry-run"],
+    "eval job: instances -1": (SUBMIT_EVAL,
                                {"e.yaml": "model: playpen-tiny\ninstances: -1\n"}, "instances: must be at least 1"),
     "eval job: partner in a one-player game": (
-        ["submit", "eval", "--config", "e.yaml", "--executor", "local", "--dry-run"],
+        SUBMIT_EVAL,
         {"e.yaml": "model: playpen-tiny\npartner: mock\ngames: [arithmetic]\n"},
         "a partner plays the second seat of two-player games (as `clem run -m MODEL PARTNER`); arithmetic has 1"),
-    "eval job: unknown partner": (["submit", "eval", "--config", "e.yaml", "--executor", "local", "--dry-run"],
+    "eval job: unknown partner": (SUBMIT_EVAL,
                                   {"e.yaml": "model: playpen-tiny\npartner: nope-model\ngames: [taboo]\n"},
                                   "e.yaml: unknown model 'nope-model'"),
-    "eval job: partner without key": (["submit", "eval", "--config", "e.yaml", "--executor", "local", "--dry-run"],
+    "eval job: partner without key": (SUBMIT_EVAL,
                                       {"e.yaml": "model: playpen-tiny\npartner: gpt-4o-mini\ngames: [taboo]\n"},
                                       "partner 'gpt-4o-mini' uses the remote backend 'openai' but key.json has no"),
 }
