@@ -5,6 +5,7 @@ Sits in playpen.models (below rollout and train): torch and transformers are imp
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +73,38 @@ CPU_BF16_MIN_PARAMETERS = 50_000_000
 
 
 def cpu_supports_bf16() -> bool:
-    """AVX512-BF16 or AMX: the CPU computes bf16 matrix products natively (elsewhere torch emulates them slowly)."""
+    """AVX512-BF16 or AMX: the CPU has bf16 matrix instructions (elsewhere torch emulates them slowly)."""
     import torch
 
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+# bf16 autocast is chosen on a CPU only where the probe below finds bf16 products at least this much faster
+BF16_MIN_SPEEDUP = 1.2
+
+
+@functools.cache
+def cpu_bf16_speedup() -> float:
+    """float32 time / bf16 time of one matrix product shaped like a small model's MLP (1024x576 by 576x1536), best of
+    5 each, interleaved, on this process's torch threads; 0.0 where the CPU has no bf16 instructions (not measured).
+    Measured because the CPU flags do not say it: with AMX, SmolLM2-135M's LoRA step ran 2.3x faster in bf16; on a
+    Xeon with AVX512-BF16 and no AMX this product ran at 0.56x (72 vs 128 GFLOP/s on one thread). About 0.1 s."""
+    if not cpu_supports_bf16():
+        return 0.0
+    import time
+
+    import torch
+
+    best = {torch.float32: float("inf"), torch.bfloat16: float("inf")}
+    operands = {dtype: (torch.randn(1024, 576, dtype=dtype), torch.randn(1536, 576, dtype=dtype)) for dtype in best}
+    with torch.no_grad():
+        for round_no in range(6):  # round 0 warms both kernels up and is not counted
+            for dtype, (x, w) in operands.items():
+                start = time.perf_counter()
+                torch.nn.functional.linear(x, w)
+                if round_no:
+                    best[dtype] = min(best[dtype], time.perf_counter() - start)
+    return best[torch.float32] / best[torch.bfloat16]
 
 
 def count_parameters(path: str) -> int:
@@ -91,18 +120,17 @@ def count_parameters(path: str) -> int:
 def autocast_bf16(requested: bool | None, path: str, quantization: str | None, deepspeed: bool) -> bool:
     """Whether training runs its forward and backward under bf16 autocast (weights stay as loaded: float32 master
     weights on CPU). `requested` is `trainer.bf16` when the config sets it; unset, it is decided here: on GPUs
-    with bf16, always; on CPUs that compute bf16 natively, for models large enough to gain (SmolLM2-135M, LoRA
-    forward+backward of 8x128 tokens, side by side: 1.85 s vs 4.2 s in float32, losses 13.7741 vs 13.7754;
-    bench/bench_precision.py measures whole SFT and GRPO steps), except with bitsandbytes or DeepSpeed, whose CPU
-    paths are tested in float32 only."""
+    with bf16, always; on CPUs, for models large enough to gain, where bf16 products measure at least
+    BF16_MIN_SPEEDUP x faster than float32 here (cpu_bf16_speedup; bench/bench_precision.py measures whole SFT and
+    GRPO steps), except with bitsandbytes or DeepSpeed, whose CPU paths are tested in float32 only."""
     import torch
 
     if requested is not None:
         return bool(requested)
     if has_cuda():
         return torch.cuda.is_bf16_supported()
-    return (cpu_supports_bf16() and not quantization and not deepspeed
-            and count_parameters(path) >= CPU_BF16_MIN_PARAMETERS)
+    return (not quantization and not deepspeed and count_parameters(path) >= CPU_BF16_MIN_PARAMETERS
+            and cpu_bf16_speedup() >= BF16_MIN_SPEEDUP)
 
 
 def load_tokenizer(path: str):

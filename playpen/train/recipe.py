@@ -133,11 +133,19 @@ class Session:
     def autocast_bf16(self) -> bool:
         """bf16 autocast or not (trainer.bf16 when set; modeling.autocast_bf16 decides otherwise), said once."""
         if self._bf16 is None:
-            self._bf16 = modeling.autocast_bf16(self.cfg.trainer.get("bf16"), self.spec["huggingface_id"],
-                                                self.cfg.quantization, self.deepspeed is not None)
-            if self._bf16 and not distributed.has_cuda():
-                self.log("[playpen] training under bf16 autocast (this CPU computes bf16 natively; "
-                         "trainer.bf16=false trains in float32)")
+            requested = self.cfg.trainer.get("bf16")
+            self._bf16 = modeling.autocast_bf16(requested, self.spec["huggingface_id"], self.cfg.quantization,
+                                                self.deepspeed is not None)
+            # (the CPU probe runs only for large models without quantization or DeepSpeed: cached when it ran)
+            probed = not distributed.has_cuda() and modeling.cpu_bf16_speedup.cache_info().currsize
+            if self._bf16 and requested and not distributed.has_cuda():
+                self.log("[playpen] training under bf16 autocast (trainer.bf16=true)")
+            elif probed:
+                speedup = modeling.cpu_bf16_speedup()
+                self.log(f"[playpen] training under bf16 autocast: bf16 products measured {speedup:.2f}x float32 "
+                         "on this CPU (trainer.bf16=false trains in float32)" if self._bf16 else
+                         f"[playpen] training in float32: bf16 products measured {speedup:.2f}x float32 on this CPU, "
+                         f"below {modeling.BF16_MIN_SPEEDUP}x (trainer.bf16=true forces bf16 autocast)")
         return self._bf16
 
     def callbacks(self, extra_state=dict, step_offset: int = 0, resumed_step: int = 0) -> list:
