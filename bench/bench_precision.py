@@ -135,8 +135,8 @@ def child(method: str, bf16: str, storage: str, steps: int, batch: int, threads:
 
 def with_float32_twin(compute_loss, pairs: list):
     """SFTTrainer.compute_loss that also measures its batch's mean token loss in float32 and under bf16 autocast on
-    the same weights, before the step changes them: the precision's own error, apart from the drift of two runs
-    whose weights part after their first update."""
+    the same weights and the same dropout masks, before the step changes them: the precision's own error, apart
+    from the drift of two runs whose weights part after their first update."""
     import torch
     import torch.nn.functional as F
 
@@ -144,14 +144,16 @@ def with_float32_twin(compute_loss, pairs: list):
         if model.training:
             forward = getattr(model, "_original_forward", model.forward)  # (accelerate's forward adds autocast)
             labels = inputs["labels"][:, 1:]
-            pair = []
+            pair, rng = [], torch.get_rng_state()
             for bf16 in (False, True):
+                torch.set_rng_state(rng)  # the same dropout masks in both passes and in the step itself
                 with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                     logits = forward(input_ids=inputs["input_ids"], attention_mask=inputs.get("attention_mask"),
                                      use_cache=False).logits[:, :-1].float()
                 pair.append(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
                                             ignore_index=-100).item())
             pairs.append(tuple(pair))
+            torch.set_rng_state(rng)
         return compute_loss(trainer, model, inputs, *args, **kwargs)
     return twin
 

@@ -16,6 +16,10 @@ playpen-records). Runners:
 - clemcore batchwise runner (`clem run -b N`),
 - RolloutEngine with its KV cache kept across turns, and with it dropped (re-encoding every turn), to measure
   what the cache is worth at this size,
+- where the model loads in bf16 (SmolLM2's conversion): RolloutEngine on the same weights upcast to float32 (exact),
+  as GRPO's rollouts run on float32 training weights; on CPUs whose bf16 products are slower (the probe
+  `playpen.models.loading.cpu_bf16_speedup`, reported) it is the faster compute. Greedy in another precision may
+  play a few episodes differently: "same as sequential" shows how many,
 - the physical limit ("raw"): the engine's own episodes' tokens (each turn's new environment tokens, then as many
   reply tokens as the engine sampled) through a plain forward loop with transformers' DynamicCache, greedy argmax,
   the same batch size in lockstep: no game, no clemcore, no records. Engine tokens/s ÷ raw tokens/s says how far
@@ -32,6 +36,7 @@ different (shorter) games would show. Targets (issue 23, real model, b=16): ≥ 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -120,14 +125,18 @@ def main() -> None:
     clem_model.set_gen_args(temperature=0.0, max_tokens=args.max_new_tokens)
     # clemcore's backend pins torch to 1 thread; each section below sets the same count for every runner
     policy = LocalPolicy(clem_model.model, clem_model.tokenizer, name=spec.model_name)
+    # The same weights upcast to float32 (exact): GRPO's rollouts run on float32 training weights, and on a CPU whose
+    # bf16 products are slower (playpen.models.loading.cpu_bf16_speedup) float32 is also the faster compute.
+    policy32 = None if clem_model.model.dtype == torch.float32 else \
+        LocalPolicy(copy.deepcopy(clem_model.model).float(), clem_model.tokenizer, name=spec.model_name)
     positions = [0]  # token positions forwarded through the model (padding included): the compute that was done
 
     def count(module, args_, kwargs):
         ids = kwargs.get("input_ids", args_[0] if args_ else None)
         positions[0] += ids.numel()
 
-    inner = clem_model.model.get_base_model() if hasattr(clem_model.model, "get_base_model") else clem_model.model
-    inner.register_forward_pre_hook(count, with_kwargs=True)  # (a PEFT wrapper's generate skips its own forward)
+    base = lambda model: model.get_base_model() if hasattr(model, "get_base_model") else model  # noqa: E731
+    inner = base(clem_model.model)  # (a PEFT wrapper's generate skips its own forward: hooks go on the base model)
     forward_time = {"prefill": 0.0, "decode": 0.0}
     started = []
 
@@ -139,8 +148,10 @@ def main() -> None:
         kind, t0 = started.pop()
         forward_time[kind] += time.perf_counter() - t0
 
-    inner.register_forward_pre_hook(start, with_kwargs=True)
-    inner.register_forward_hook(stop, with_kwargs=True)
+    for model in [inner] + ([base(policy32.model)] if policy32 is not None else []):
+        model.register_forward_pre_hook(count, with_kwargs=True)
+        model.register_forward_pre_hook(start, with_kwargs=True)
+        model.register_forward_hook(stop, with_kwargs=True)
     entry = resolve_game(args.game)
     benchmark = load_benchmark(entry)
     pairs = load_instances(entry, args.split, limit=args.episodes)
@@ -167,7 +178,7 @@ def main() -> None:
 
     played = {}  # batch size → the engine's episodes (the raw loop replays their token counts)
 
-    def engine(batch_size: int, kv_cache: bool, n_pairs=pairs):
+    def engine(batch_size: int, kv_cache: bool, n_pairs=pairs, policy=policy):
         eng = RolloutEngine(policy, max_new_tokens=args.max_new_tokens, temperature=0.0, batch_size=batch_size,
                             progress=False, kv_cache=kv_cache)
         positions[0] = 0
@@ -177,9 +188,10 @@ def main() -> None:
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         stats = {e.game_id: (e.num_turns, "aborted" if e.aborted else "success" if e.success else "lose")
                  for e in episodes}
-        if kv_cache:
-            played[batch_size] = episodes
-            phases[("engine", batch_size)] = dict(forward_time)
+        if kv_cache:  # (the raw loop replays the engine's episodes on the same weights)
+            if policy is not policy32:
+                played[batch_size] = episodes
+            phases[("engine" if policy is not policy32 else "engine-fp32", batch_size)] = dict(forward_time)
         return wall, cpu, stats, positions[0]
 
     phases: dict[tuple[str, int], dict] = {}  # (engine|raw, batch size) → its last run's prefill/decode seconds
@@ -200,8 +212,15 @@ def main() -> None:
     for b in args.batch_sizes:
         plan += [(f"clemcore batchwise (`clem run -b {b}`)", "batchwise", b, lambda b=b: clem("batchwise", b)),
                  ("playpen RolloutEngine", "engine", b, lambda b=b: engine(b, True)),
-                 ("playpen RolloutEngine, no KV reuse", "engine-nocache", b, lambda b=b: engine(b, False)),
-                 ("raw forward loop + KV cache (the limit)", "raw", b, lambda b=b: raw(b))]
+                 ("playpen RolloutEngine, no KV reuse", "engine-nocache", b, lambda b=b: engine(b, False))]
+        if policy32 is not None:
+            plan += [("playpen RolloutEngine, float32 compute", "engine-fp32", b,
+                      lambda b=b: engine(b, True, policy=policy32))]
+        plan += [("raw forward loop + KV cache (the limit)", "raw", b, lambda b=b: raw(b))]
+    from playpen.models.loading import cpu_bf16_speedup
+
+    torch.set_num_threads(1)
+    probe = cpu_bf16_speedup()
     sections = []
     for threads in args.threads:
         torch.set_num_threads(threads)
@@ -233,6 +252,8 @@ def main() -> None:
         f"- machine: {platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, no GPU; other "
         f"jobs share this machine, so every runner is timed in each of {args.repeats} interleaved rounds and the "
         f"median is reported (range in brackets)",
+        f"- bf16 products on this CPU (the probe that decides training's precision, 1 thread): "
+        f"{probe:.2f}× float32",
         f"- model: {about}, loaded once through clemcore's "
         f"huggingface_local backend (as `clem run` loads it); the engine wraps the same model object",
         f"- game: {args.game}, the first {len(rows)} {args.split} instances, one episode each; greedy, "
@@ -317,22 +338,26 @@ def raw_loop(model, pad_id: int, episodes: list, batch_size: int) -> dict:
 def split_lines(threads, plan, samples, phases, played, n) -> list[str]:
     """Engine vs raw per batch size: tokens/s and where each one's time goes (from the last round)."""
     lines = [f"### {threads} thread{'s' if threads > 1 else ''}: engine vs the raw loop", "",
-             "| batch | raw tokens/s | engine tokens/s | engine ÷ raw | engine prefill s | decode s | rest s "
-             "(game, scheduling, records) | raw prefill s | raw decode s |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| engine | batch | raw tokens/s | engine tokens/s | engine ÷ raw | engine prefill s | decode s | rest s "
+             "(game, scheduling, records) | raw prefill s | raw decode s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     walls = {(runner, batch): statistics.median(x[0] for x in samples[k])
              for k, (_, runner, batch, _) in enumerate(plan)}
     for batch in sorted(b for b in played):
         if ("raw", batch) not in phases:
             continue
-        tokens = phases[("raw", batch)]["tokens"]
-        engine_wall, raw_wall = walls[("engine", batch)], walls[("raw", batch)]
-        e, r = phases[("engine", batch)], phases[("raw", batch)]
-        lines.append(f"| {batch} | {tokens / raw_wall:,.0f} | {tokens / engine_wall:,.0f} | "
-                     f"{raw_wall / engine_wall:.2f} | {e['prefill']:.1f} | {e['decode']:.1f} | "
-                     f"{engine_wall - e['prefill'] - e['decode']:.1f} | {r['prefill']:.1f} | {r['decode']:.1f} |")
+        tokens, raw_wall, r = phases[("raw", batch)]["tokens"], walls[("raw", batch)], phases[("raw", batch)]
+        for runner, label in (("engine", "as loaded"), ("engine-fp32", "float32 compute")):
+            if (runner, batch) not in phases:
+                continue
+            engine_wall, e = walls[(runner, batch)], phases[(runner, batch)]
+            lines.append(f"| {label} | {batch} | {tokens / raw_wall:,.0f} | {tokens / engine_wall:,.0f} | "
+                         f"{raw_wall / engine_wall:.2f} | {e['prefill']:.1f} | {e['decode']:.1f} | "
+                         f"{engine_wall - e['prefill'] - e['decode']:.1f} | {r['prefill']:.1f} | {r['decode']:.1f} |")
     return lines + ["", f"Tokens: every traced seat's prompt, environment and reply tokens of the {n} episodes "
                     "(the engine's count; the raw loop replays exactly these). Times per phase are from the last "
-                    "round; the ratio is of median walls. Target: engine ≥ 0.8 of raw.", ""]
+                    "round; the ratio is of median walls; the raw loop runs the weights as loaded. Target: engine ≥ 0.8 of "
+                    "raw.", ""]
 
 
 def section(threads, plan, samples, n, load_before, load_after) -> list[str]:
@@ -363,9 +388,10 @@ def section(threads, plan, samples, n, load_before, load_after) -> list[str]:
     verdicts = []
     for label, runner, batch, wall, *_ in runs:
         clem_b = next((r[3] for r in runs if r[1] == "batchwise" and r[2] == batch), None)
-        if label == "playpen RolloutEngine" and clem_b:
+        if runner in ("engine", "engine-fp32") and clem_b:
             met = lambda ratio, target: f"{ratio:.1f}× ({'met' if ratio >= target else 'MISSED'})"  # noqa: E731
-            verdicts.append(f"b={batch}: {met(seq_wall / wall, 6)} sequential, {met(clem_b / wall, 3)} batchwise")
+            verdicts.append(f"b={batch}{' in float32' * (runner == 'engine-fp32')}: {met(seq_wall / wall, 6)} "
+                            f"sequential, {met(clem_b / wall, 3)} batchwise")
     return lines + ["", "Ratios are ratios of median wall-clock times. Targets (≥ 6× sequential, ≥ 3× clemcore "
                     "batchwise at b=16, issue 23), engine: " + "; ".join(verdicts) + ".", ""]
 
