@@ -87,8 +87,9 @@ BF16_MIN_SPEEDUP = 1.2
 def cpu_bf16_speedup() -> float:
     """float32 time / bf16 time of one matrix product shaped like a small model's MLP (1024x576 by 576x1536), best of
     5 each, interleaved, on this process's torch threads; 0.0 where the CPU has no bf16 instructions (not measured).
-    Measured because the CPU flags do not say it: with AMX, SmolLM2-135M's LoRA step ran 2.3x faster in bf16; on a
-    Xeon with AVX512-BF16 and no AMX this product ran at 0.56x (72 vs 128 GFLOP/s on one thread). About 0.1 s."""
+    Measured because the CPU flags do not say it: both machines below have AVX512-BF16, yet on one SmolLM2-135M's
+    LoRA step ran 2.3x faster in bf16, while on a Xeon without AMX this product runs at 0.56x float32 (72 vs 128
+    GFLOP/s on one thread) and the SFT step at 0.38-0.54x. About 0.2 s."""
     if not cpu_supports_bf16():
         return 0.0
     import time
