@@ -241,23 +241,22 @@ def play(task: Task, name: str, split: str, limit: int | None, temperature: floa
          max_new_tokens: int) -> list[dict]:
     """Each instance `samples` times, the model in the task's seat (the programmatic expert in the others); per
     episode: game_id, target (the task's category: the target position, arithmetic's difficulty), answer (None
-    when unparsed), correct. Under bf16 autocast where training uses it (the same decision: models.loading)."""
+    when unparsed), correct. Under bf16 autocast where training uses it (precision_here)."""
     import torch
 
     from playpen.games import expert_model
     from playpen.games.instances import load_instances
     from playpen.rollout import RolloutEngine
-    from playpen.models.modeling import autocast_bf16, resolve_model_spec
+    from playpen.models.modeling import resolve_model_spec
     from playpen.train.players import frozen_policy
 
-    spec = resolve_model_spec(name)
-    policy = frozen_policy(spec)
+    policy = frozen_policy(resolve_model_spec(name))
     teacher = dict(teacher=expert_model(seed=seed), teacher_seats=list(task.teacher_seats)) if task.teacher_seats \
         else {}
     engine = RolloutEngine(policy, **teacher, max_new_tokens=max_new_tokens, temperature=temperature, batch_size=48,
                            seed=seed, progress=False)
     instances = load_instances(task.game, split, limit=limit, seed=None if limit is None else 0)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_bf16(None, spec["huggingface_id"], None, False)):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision_here()):
         episodes = engine.play(task.game, instances, group_size=samples)
     rows = []
     for e in episodes:
@@ -527,7 +526,8 @@ def search_lines(game: str) -> list[str]:
 
 
 def precision_here() -> bool:
-    """Whether training and play run under bf16 autocast here: the decision `playpen train` takes for MODEL."""
+    """Whether training and play run under bf16 autocast here: the decision `playpen train` takes for MODEL (every
+    model of the experiment is MODEL or an adapter on it)."""
     from playpen.models.modeling import autocast_bf16, resolve_model_spec
 
     return autocast_bf16(None, resolve_model_spec(MODEL)["huggingface_id"], None, False)

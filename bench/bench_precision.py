@@ -210,11 +210,12 @@ def main() -> None:
     weights_gap = max(abs(a - b) / abs(b) for (a, _), b in zip(pairs, losses32))
     import torch
 
-    from playpen.models.loading import BF16_MIN_SPEEDUP, cpu_bf16_speedup
+    from playpen.models.modeling import BF16_MIN_SPEEDUP, autocast_bf16, cpu_bf16_speedup, resolve_model_spec
 
     torch.set_num_threads(args.threads)
     probe = cpu_bf16_speedup()
-    auto = "bf16 autocast" if probe >= BF16_MIN_SPEEDUP else "float32"
+    auto = "bf16 autocast" if autocast_bf16(None, resolve_model_spec(MODEL)["huggingface_id"], None, False) \
+        else "float32"
     faster = "bf16 autocast" if speed16 > speed32 else "float32"
     g32, g16 = grpo_split(results["grpo"]["false"]), grpo_split(results["grpo"]["true"])
     md = [f"# Training precision on {MODEL}: float32 vs bf16 autocast ({datetime.now():%Y-%m-%d %H:%M})", "",

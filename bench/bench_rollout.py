@@ -192,10 +192,11 @@ def main() -> None:
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         stats = {e.game_id: (e.num_turns, "aborted" if e.aborted else "success" if e.success else "lose")
                  for e in episodes}
-        if kv_cache:  # (the raw loop replays the engine's episodes on the same weights)
-            if policy is not policy32:
+        if kv_cache:
+            runner = "engine-fp32" if policy is policy32 else "engine"
+            phases[(runner, batch_size)] = dict(forward_time)
+            if runner == "engine":  # (the raw loop replays these episodes on the same weights)
                 played[batch_size] = episodes
-            phases[("engine" if policy is not policy32 else "engine-fp32", batch_size)] = dict(forward_time)
         return wall, cpu, stats, positions[0]
 
     phases: dict[tuple[str, int], dict] = {}  # (engine|raw, batch size) → its last run's prefill/decode seconds
@@ -378,8 +379,14 @@ def section(threads, plan, samples, n, load_before, load_after) -> list[str]:
         walls = [x[0] for x in samples[k]]
         runs.append((label, runner, batch, statistics.median(walls), min(walls), max(walls),
                      statistics.median(x[1] for x in samples[k]), samples[k][0][2], samples[k][0][3]))
+
     def wall_of(runner: str, batch: int | None = None) -> float | None:
         return next((r[3] for r in runs if r[1] == runner and batch in (None, r[2])), None)
+
+    def clemcore_walls(runner: str, batch: int) -> tuple[float, float | None]:
+        """clemcore's sequential and batchwise walls in the runner's precision (float32 rows: clemcore in float32)."""
+        fp32 = "-fp32" * runner.endswith("-fp32")
+        return wall_of("sequential" + fp32), wall_of("batchwise" + fp32, batch)
 
     reference = next(r[7] for r in runs if r[1] == "sequential")
     lines = [f"## {threads} torch thread{'s' if threads > 1 else ''}"
@@ -391,8 +398,7 @@ def section(threads, plan, samples, n, load_before, load_after) -> list[str]:
     for label, runner, batch, wall, fastest, slowest, cpu, stats, tokens in runs:
         if runner == "raw":  # (no game: its own table below)
             continue
-        fp32 = "-fp32" * runner.endswith("-fp32")  # (float32 rows are compared with clemcore in float32)
-        seq_wall, clem_b = wall_of("sequential" + fp32), wall_of("batchwise" + fp32, batch)
+        seq_wall, clem_b = clemcore_walls(runner, batch)
         vs_batch = f"{clem_b / wall:.2f}×" if clem_b and not runner.startswith("sequential") else "—"
         turns = statistics.mean(t for t, _ in stats.values())
         aborted = sum(o == "aborted" for _, o in stats.values()) / len(stats)
@@ -403,10 +409,9 @@ def section(threads, plan, samples, n, load_before, load_after) -> list[str]:
     verdicts = []
     met = lambda ratio, target: f"{ratio:.1f}× ({'met' if ratio >= target else 'MISSED'})"  # noqa: E731
     for label, runner, batch, wall, *_ in runs:
-        fp32 = "-fp32" * (runner == "engine-fp32")
-        seq_wall, clem_b = wall_of("sequential" + fp32), wall_of("batchwise" + fp32, batch)
+        seq_wall, clem_b = clemcore_walls(runner, batch)
         if runner in ("engine", "engine-fp32") and clem_b:
-            verdicts.append(f"b={batch}{' in float32' * bool(fp32)}: {met(seq_wall / wall, 6)} sequential, "
+            verdicts.append(f"b={batch}{' in float32' * (runner == 'engine-fp32')}: {met(seq_wall / wall, 6)} sequential, "
                             f"{met(clem_b / wall, 3)} batchwise")
         if runner == "engine-fp32":  # what GRPO's rollouts here get, against clemcore as it loads the model
             verdicts.append(f"b={batch} in float32 against clemcore as loaded: {wall_of('sequential') / wall:.1f}× "

@@ -130,8 +130,13 @@ def autocast_bf16(requested: bool | None, path: str, quantization: str | None, d
         return bool(requested)
     if has_cuda():
         return torch.cuda.is_bf16_supported()
-    return (not quantization and not deepspeed and count_parameters(path) >= CPU_BF16_MIN_PARAMETERS
-            and cpu_bf16_speedup() >= BF16_MIN_SPEEDUP)
+    return cpu_probe_decides(path, quantization, deepspeed) and cpu_bf16_speedup() >= BF16_MIN_SPEEDUP
+
+
+def cpu_probe_decides(path: str, quantization: str | None, deepspeed: bool) -> bool:
+    """Whether cpu_bf16_speedup decides a CPU training's precision (trainer.bf16 unset): for models large enough to
+    gain, without bitsandbytes or DeepSpeed (float32 otherwise)."""
+    return not quantization and not deepspeed and count_parameters(path) >= CPU_BF16_MIN_PARAMETERS
 
 
 def load_tokenizer(path: str):

@@ -13,8 +13,8 @@ from playpen.config import check_keys, config_file, read_text
 from playpen.errors import PlaypenError
 from playpen.models.loading import (BF16_MIN_SPEEDUP, CPU_BF16_MIN_PARAMETERS, QUANTIZATION,  # noqa: F401
                                     autocast_bf16, bnb_config, check_quantization, count_parameters,
-                                    cpu_bf16_speedup, cpu_supports_bf16, load_model, load_tokenizer, model_dtype,
-                                    spec_quantization)
+                                    cpu_bf16_speedup, cpu_probe_decides, cpu_supports_bf16, load_model,
+                                    load_tokenizer, model_dtype, spec_quantization)
 
 # The seed's LoRA: `lora: {}` in a config means exactly this; keys given there override single fields.
 DEFAULT_LORA = dict(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")

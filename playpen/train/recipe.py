@@ -134,13 +134,12 @@ class Session:
         """bf16 autocast or not (trainer.bf16 when set; modeling.autocast_bf16 decides otherwise), said once."""
         if self._bf16 is None:
             requested = self.cfg.trainer.get("bf16")
-            self._bf16 = modeling.autocast_bf16(requested, self.spec["huggingface_id"], self.cfg.quantization,
-                                                self.deepspeed is not None)
-            # (the CPU probe runs only for large models without quantization or DeepSpeed: cached when it ran)
-            probed = not distributed.has_cuda() and modeling.cpu_bf16_speedup.cache_info().currsize
-            if self._bf16 and requested and not distributed.has_cuda():
+            where = self.spec["huggingface_id"], self.cfg.quantization, self.deepspeed is not None
+            self._bf16 = modeling.autocast_bf16(requested, *where)
+            on_cpu = not distributed.has_cuda()
+            if on_cpu and requested:
                 self.log("[playpen] training under bf16 autocast (trainer.bf16=true)")
-            elif probed:
+            elif on_cpu and requested is None and modeling.cpu_probe_decides(*where):
                 speedup = modeling.cpu_bf16_speedup()
                 self.log(f"[playpen] training under bf16 autocast: bf16 products measured {speedup:.2f}x float32 "
                          "on this CPU (trainer.bf16=false trains in float32)" if self._bf16 else
