@@ -222,7 +222,7 @@ def screened(storage: Path, sft: Path, task: Task, args) -> str:
 
 
 def grpo(storage: Path, sft: Path, seed: int, args, task: Task, split: str) -> tuple[Path, float]:
-    teacher = ["teacher=programmatic", f"teacher_seats={list(task.teacher_seats)}".replace(" ", "")] \
+    teacher = ["partner=programmatic", f"partner_seats={list(task.teacher_seats)}".replace(" ", "")] \
         if task.teacher_seats else []
     return train("grpo", storage, [
         f"experiment=learning-grpo{task.suffix}", f"model={sft}", f"game={task.game}", f"split={split}", *teacher,

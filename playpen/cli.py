@@ -6,7 +6,7 @@
     playpen eval MODEL [-g GAME ...] [-r RESULTS_DIR] [--skip_gameplay]
     playpen data RESULTS_DIR -o dataset.jsonl [--game G] [--outcome success] [--model M]
     playpen meter MODEL --classifier C --prompts FILE [-n K] [--label L] [--compare OTHER]
-    playpen screen MODEL -g GAME -o FILE [--split train] [-k 8] [-T 0.7] [-t programmatic --teacher-seats 0]
+    playpen screen MODEL -g GAME -o FILE [--split train] [-k 8] [-T 0.7] [-p programmatic --partner-seats 0]
     playpen submit {sft,dpo,grpo,eval,sweep} [--config ...] [--nodes N] [--dry-run] [--wait]
                                                                         (= python -m playpen.submit)
     playpen status|logs RUN_DIR          playpen sweep [--config SWEEP.yaml]         playpen demo [--config ...]
@@ -27,7 +27,8 @@ from playpen.errors import OneLineParser, guarded
 
 # command → module that provides add_arguments(parser) and main(args) -> int; imported only when needed
 COMMANDS = {
-    "train": ("playpen.train.cli", "train a model with one method (sft, dpo, grpo, reward) from a YAML config"),
+    "train": ("playpen.train.cli", "train a model with one method (sft, dpo, grpo, rloo, reward, rft, distill) "
+                                   "from a YAML config"),
     "run": ("playpen.train.cli_run", "run a user-written trainer class (playpen run FILE -l LEARNER)"),
     "eval": ("playpen.eval.cli", "play and score the validation games: clemscore and statscore"),
     "data": ("playpen.data", "turn interactions.json files into a conversational dataset (jsonl)"),

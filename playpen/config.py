@@ -235,7 +235,9 @@ def signature_dataclass(func, name: str, skip: tuple[str, ...] = (), extra: tupl
 
 
 # Old spellings of a setting → its one spelling: still accepted (config keys and flags), with one note per process.
-RENAMED = {"max_tokens": "max_new_tokens"}
+# `teacher` named the frozen partner of game methods until distillation's grading teacher came: a config without
+# a teacher key of its own reads it as partner.
+RENAMED = {"max_tokens": "max_new_tokens", "teacher": "partner", "teacher_seats": "partner_seats"}
 _NOTED: set[str] = set()
 
 

@@ -29,7 +29,7 @@ def check_flags(args: argparse.Namespace) -> None:
             EVAL_BOUNDS[name].check(getattr(args, name), flag)
 
 
-class _OldSpelling(argparse.Action):
+class OldSpelling(argparse.Action):
     """An old flag spelling: still works, with the one deprecation note per process."""
 
     def __call__(self, parser, namespace, values, option_string=None):
@@ -43,5 +43,5 @@ def add_max_new_tokens(parser: argparse.ArgumentParser, default: int | None = MA
     the old --max_tokens is accepted, hidden from --help."""
     parser.add_argument("-L", "--max-new-tokens", dest="max_new_tokens", type=int, default=default, metavar="N",
                         help=help)
-    parser.add_argument("--max_tokens", dest="max_new_tokens", type=int, action=_OldSpelling,
+    parser.add_argument("--max_tokens", dest="max_new_tokens", type=int, action=OldSpelling,
                         help=argparse.SUPPRESS)

@@ -99,13 +99,13 @@ TRAIN_VALUES = {  # name: (argv, what the line says)
     "group_size 1 (DPO)": (DPO + ["group_size=1"],
                            "group_size: must be at least 2, got 1 (a preference pair compares two episodes"),
     "instances 0": (GRPO + ["instances=0"], "instances: must be at least 1, got 0"),
-    "teacher_seats without a teacher": (GRPO + ["game=debate", "teacher_seats=[2]"],
-                                        "teacher_seats [2] needs a teacher (teacher=<model>)"),
-    "teacher_seats out of range": (GRPO + ["game=debate", "teacher=playpen-tiny", "teacher_seats=[3]"],
-                                   "teacher_seats must be seat numbers of debate (0..2), leaving the learner at "
+    "partner_seats without a partner": (GRPO + ["game=debate", "partner_seats=[2]"],
+                                        "partner_seats [2] needs a partner (partner=<model>)"),
+    "teacher_seats out of range": (GRPO + ["game=debate", "partner=playpen-tiny", "partner_seats=[3]"],
+                                   "partner_seats must be seat numbers of debate (0..2), leaving the learner at "
                                    "least one; got [3]"),
-    "teacher_seats every seat": (GRPO + ["game=debate", "teacher=playpen-tiny", "teacher_seats=[0, 1, 2]"],
-                                 "teacher_seats must be seat numbers of debate (0..2)"),
+    "teacher_seats every seat": (GRPO + ["game=debate", "partner=playpen-tiny", "partner_seats=[0, 1, 2]"],
+                                 "partner_seats must be seat numbers of debate (0..2)"),
     "instances -3 (DPO)": (DPO + ["instances=-3"], "instances: must be at least 1, got -3"),
     "iterations 0 (DPO)": (DPO + ["iterations=0"], "iterations: must be at least 1, got 0"),
     "validation_every -2": (GRPO + ["validation_every=-2"], "validation_every: must be at least 0, got -2"),
@@ -204,7 +204,7 @@ PATHS = {
                                                               "no model"),
     "model=. (a project's registry)": (SFT + ["model=project"], "project is a folder with a model registry (mine), "
                                                                "not a model; name the model, e.g. mine"),
-    "teacher=. (a project's registry)": (GRPO + ["game=taboo", "teacher=project"],
+    "partner=. (a project's registry)": (GRPO + ["game=taboo", "partner=project"],
                                          "project is a folder with a model registry (mine), not a model"),
     # storage root
     "storage root read-only": (SFT + [f"storage_root={READ_ONLY}"], f"storage root {READ_ONLY} is not writable"),
@@ -238,14 +238,14 @@ def test_binary_instances_file(capsys, home):
 # ---------------------------------------------------------------- key.json and model registries
 
 KEYS_AND_REGISTRIES = {  # name: (argv, files written first, what the line says)
-    "key.json broken JSON": (GRPO + ["game=taboo", "teacher=gpt-4o-mini"],
+    "key.json broken JSON": (GRPO + ["game=taboo", "partner=gpt-4o-mini"],
                              {"key.json": '{"openai": {"api_key": "sk-not-a-secret",}}'},
                              "key.json:1:42: malformed JSON: Expecting property name"),
-    "key.json a list": (GRPO + ["game=taboo", "teacher=gpt-4o-mini"], {"key.json": '["openai"]'},
+    "key.json a list": (GRPO + ["game=taboo", "partner=gpt-4o-mini"], {"key.json": '["openai"]'},
                         'key.json: must map backend names to their settings'),
-    "key.json binary": (GRPO + ["game=taboo", "teacher=gpt-4o-mini"], {"key.json": b"\xff\xfe\x00{"},
+    "key.json binary": (GRPO + ["game=taboo", "partner=gpt-4o-mini"], {"key.json": b"\xff\xfe\x00{"},
                         "key file {home}/key.json is not a text file"),
-    "key.json without the entry": (GRPO + ["game=taboo", "teacher=gpt-4o-mini"], {"key.json": '{"anthropic": {}}'},
+    "key.json without the entry": (GRPO + ["game=taboo", "partner=gpt-4o-mini"], {"key.json": '{"anthropic": {}}'},
                                    "key.json has no 'openai' entry with an api_key"),
     "registry backend 42 (list models)": (["list", "models"],
                                           {"model_registry.json": '[{"model_name": "m", "backend": 42}]'},
@@ -344,11 +344,11 @@ JOBS = {  # name: (argv, files, what the line says)
                                      "sft.yaml: trainer.learning_rate: expected float, got 'abc'"),
     "train job: max_steps 0": (SUBMIT + ["trainer.max_steps=0"], {}, "trainer.max_steps: must be at least 1"),
     "train job: group_size 1": (SUBMIT_GRPO + ["group_size=1"], {}, "grpo.yaml: group_size: must be at least 2"),
-    "train job: teacher without key": (SUBMIT_GRPO + ["teacher=gpt-4o-mini"], {},
-                                       "teacher 'gpt-4o-mini' uses the remote backend 'openai' but key.json has no"),
-    "train job: key.json broken": (SUBMIT_GRPO + ["teacher=gpt-4o-mini"], {"key.json": "{"},
+    "train job: teacher without key": (SUBMIT_GRPO + ["partner=gpt-4o-mini"], {},
+                                       "partner 'gpt-4o-mini' uses the remote backend 'openai' but key.json has no"),
+    "train job: key.json broken": (SUBMIT_GRPO + ["partner=gpt-4o-mini"], {"key.json": "{"},
                                    "key.json:1:2: malformed JSON"),
-    "train job: teacher a project folder": (SUBMIT_GRPO + ["teacher=project"], {},
+    "train job: teacher a project folder": (SUBMIT_GRPO + ["partner=project"], {},
                                             "project is a folder with a model registry (mine), not a model"),
     # eval job specs: evaluate()'s arguments, in the ranges of `playpen eval`'s flags
     "eval job: temperature nan": (SUBMIT_EVAL,

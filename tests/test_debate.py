@@ -313,7 +313,7 @@ def test_grpo_self_play_debaters_before_a_model_judge(tmp_path, monkeypatch):
     run = train("grpo", None, [
         f"storage_root={tmp_path / 'runs'}", "experiment=debate-judge", "model=playpen-tiny", "game=debate",
         "generate={seed: 7, split: train, programmatic_partners: false}", "instances=2", "group_size=2",
-        "teacher=tiny-judge", "teacher_seats=[2]", "train_seats=first", "max_new_tokens=12", "cpu_threads=1",
+        "partner=tiny-judge", "partner_seats=[2]", "train_seats=first", "max_new_tokens=12", "cpu_threads=1",
         "trainer.max_steps=1", "trainer.per_device_train_batch_size=4"])
     episodes = episodes_under(run.records)
     assert len(episodes) == 4
@@ -345,7 +345,7 @@ def test_grpo_with_the_programmatic_teacher_in_chosen_seats(tmp_path, monkeypatc
     run = train("grpo", None, [
         f"storage_root={tmp_path / 'runs'}", "experiment=debate-expert", "model=playpen-tiny", "game=debate",
         "generate={seed: 7, split: train, programmatic_partners: false}", "instances=2", "group_size=2",
-        "teacher=programmatic", "teacher_seats=[1, 2]", "max_new_tokens=12", "cpu_threads=1",
+        "partner=programmatic", "partner_seats=[1, 2]", "max_new_tokens=12", "cpu_threads=1",
         "trainer.max_steps=1", "trainer.per_device_train_batch_size=4"])
     episodes = episodes_under(run.records)
     assert len(episodes) == 4 and {e.seats["Debater B"] for e in episodes} == {"programmatic"}

@@ -151,7 +151,7 @@ def test_grpo_self_play_writes_records_metrics_and_curve(storage):
 
 @pytest.mark.slow
 def test_grpo_with_a_local_teacher(storage):
-    run = train("grpo", storage, "experiment=grpo-teacher", "game=taboo", "teacher=playpen-tiny",
+    run = train("grpo", storage, "experiment=grpo-teacher", "game=taboo", "partner=playpen-tiny",
                 "self_play=false", *GRPO_SMALL, "trainer.max_steps=1")
     (models,) = [p.name for p in run.records.iterdir()]
     assert models == "playpen-tiny--playpen-tiny"
@@ -204,10 +204,10 @@ def test_playpen_run_loads_the_first_trainer_class(tmp_path, monkeypatch):
     # the documented form: overrides after --config reach the config
     (["train", "sft", "--config", str(REPO / "configs/sft/tiny_lora.yaml"), "experiment=x", "trainer.max_stepz=3"],
      "unknown key 'max_stepz'; did you mean max_steps"),
-    (["train", "grpo", "experiment=x", "game=taboo", "self_play=false"], "it needs a teacher"),
+    (["train", "grpo", "experiment=x", "game=taboo", "self_play=false"], "it needs a partner"),
     (["train", "grpo", "experiment=x", "game=nogame"], "unknown game 'nogame'"),
-    (["train", "grpo", "experiment=x", "game=taboo", "teacher=gpt-4o-mini"],
-     "teacher 'gpt-4o-mini' uses the remote backend 'openai' but key.json has no 'openai' entry"),
+    (["train", "grpo", "experiment=x", "game=taboo", "partner=gpt-4o-mini"],
+     "partner 'gpt-4o-mini' uses the remote backend 'openai' but key.json has no 'openai' entry"),
     (["train", "grpo", "experiment=x", "game=wordle", "deepspeed=configs/deepspeed/zero9.json"],
      "deepspeed config configs/deepspeed/zero9.json not found"),
 ])

@@ -38,7 +38,8 @@ SUBMIT_COMMANDS = (*TRAIN_METHODS, "eval", "meter", "sweep", "tournament")
 DEFAULT_CONFIGS = {"sft": "sft/tiny_lora.yaml", "dpo": "dpo/tiny_rollouts.yaml", "grpo": "grpo/demo.yaml",
                    "rloo": "grpo/tiny_reward_model.yaml", "reward": "reward/tiny_sentiment.yaml",
                    "eval": "eval/tiny.yaml", "meter": "meter/tiny_vader.yaml", "sweep": "sweeps/tiny.yaml",
-                   "tournament": "debate/tournament_tiny.yaml"}
+                   "tournament": "debate/tournament_tiny.yaml", "rft": "rft/tiny_numberguess.yaml",
+                   "distill": "distill/tiny_numberguess.yaml"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     helps = {"sft": "supervised fine-tuning", "dpo": "direct preference optimisation",
              "grpo": "GRPO on games", "rloo": "RLOO on prompts against a reward model",
              "reward": "a reward model on preference pairs",
+             "rft": "expert iteration on games (keep the wins, SFT)",
+             "distill": "on-policy distillation on games (a teacher grades the learner's turns)",
              "eval": "play and score games with a model", "meter": "score a model's generations with a classifier",
              "sweep": "an eval sweep as one job array",
              "tournament": "a debate/consultancy tournament as one job array (a task per match)"}

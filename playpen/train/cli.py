@@ -5,7 +5,8 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("method", metavar="METHOD", help="sft, dpo, grpo, rloo or reward")
+    parser.add_argument("method", metavar="METHOD", help="sft, dpo, grpo, rloo, reward, rft (expert iteration) or "
+                        "distill (on-policy distillation)")
     parser.add_argument("-c", "--config", default=None,
                         help="YAML config (its first line shows the command), e.g. configs/grpo/demo.yaml")
     parser.add_argument("overrides", nargs="*", metavar="key=value",

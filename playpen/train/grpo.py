@@ -9,7 +9,7 @@ whole multi-turn games by `playpen.rollout.RolloutEngine`, and each episode come
 (prompt_ids + completion_ids) with `env_mask` = 0 on game-master and partner tokens, so only the learner's own
 tokens are trained. Reward per episode (Episode.reward): main score / 100, 0 for a loss, -1 for an abort.
 
-Self-play: without a teacher the learner plays every role. With `teacher:` a frozen partner plays the other
+Self-play: without a partner the learner plays every role. With `partner:` a frozen model plays the other
 roles: a local Hugging Face model, or a remote API model (its key.json entry is checked before training).
 Records of every step are written under <run>/playpen-records, tagged step_NNNNN (rewritten on replay).
 """
@@ -56,8 +56,8 @@ def instance_key(index: int, experiment, instance) -> str:
 class GameRollouts:
     """TRL's rollout_func and reward function for one game; keeps the counters saved with checkpoints."""
 
-    def __init__(self, session: Session, instances: list, teacher):
-        self.session, self.cfg, self.instances, self.teacher = session, session.cfg, instances, teacher
+    def __init__(self, session: Session, instances: list, partner):
+        self.session, self.cfg, self.instances, self.partner = session, session.cfg, instances, partner
         self.counters = {k: session.state.get(k, 0) for k in ("episodes", "rollouts")}
         self.timing = {"rollout_seconds": 0.0}
         self._writing = None  # the engine whose records are still being written, while the step trains
@@ -92,9 +92,9 @@ class GameRollouts:
             policy = self.policy(model)
             # seeded by (seed, rollout number, rank): a resumed run replays exactly the rollouts it lost
             seed = (cfg.seed * 1_000_003 + self.counters["rollouts"]) * 1_009 + session.rank
-            engine = RolloutEngine(learner=policy, teacher=self.teacher, max_new_tokens=cfg.max_new_tokens,
+            engine = RolloutEngine(learner=policy, teacher=self.partner, max_new_tokens=cfg.max_new_tokens,
                                    temperature=cfg.temperature, batch_size=cfg.rollout_batch_size, seed=seed,
-                                   teacher_seats=cfg.teacher_seats)
+                                   teacher_seats=cfg.partner_seats)
             self._writing = engine
 
             played = [0]  # episodes, refills included
@@ -112,7 +112,7 @@ class GameRollouts:
                     episodes, group, self.reward, play, draw, cfg.dynamic_sampling)
             model.train(was_training)
         if failure := game_play.partner_failure(cfg, episodes, f"of step {trainer.state.global_step}"):
-            self.finish_records()  # their error.json files say what the teacher answered
+            self.finish_records()  # their error.json files say what the partner answered
             raise PlaypenError(f"{failure} (records: {session.run.records})")
         if len(episodes) != len(prompts):
             raise RuntimeError(f"rollout engine returned {len(episodes)} episodes for {len(prompts)} prompts")
@@ -179,7 +179,7 @@ def _records_written_callback(game: GameRollouts):
     return RecordsWritten()
 
 
-def _validation_callback(session: Session, metrics, val_instances: list, teacher):
+def _validation_callback(session: Session, metrics, val_instances: list, partner):
     """Plays held-out validation instances (greedy by default) at the start, every N steps and at the end."""
     from transformers import TrainerCallback
 
@@ -203,7 +203,7 @@ def _validation_callback(session: Session, metrics, val_instances: list, teacher
                 m.eval()
                 policy = LocalPolicy(m, session.tokenizer, name=session.spec["model_name"].replace("/", "_"))
                 tag = game_play.records_tag("validation", step, session.rank, session.world_size)
-                stats = game_play.play_validation(policy, cfg, shard, teacher, session.run.records, tag) \
+                stats = game_play.play_validation(policy, cfg, shard, partner, session.run.records, tag) \
                     if shard else {}
                 m.train(was_training)
             parts = distributed.all_gather((stats, len(shard)))
@@ -280,14 +280,14 @@ class GRPO(Recipe):
                                    (prefix == "validation" and n > step))
         session.barrier()
         instances = game_play.train_instances(cfg, session.run.path if session.is_main else None)
-        teacher = game_play.load_teacher(cfg)
-        game = GameRollouts(session, instances, teacher)
+        partner = game_play.load_partner(cfg)
+        game = GameRollouts(session, instances, partner)
         dataset = Dataset.from_list([{"prompt": instance_key(i, exp, inst)} for i, (exp, inst) in enumerate(instances)])
         callbacks = session.callbacks(extra_state=game.state, resumed_step=session.state["step"])
         validation = None
         if cfg.validation_instances:
             val_instances = game_play.select_instances(cfg, "validation", cfg.validation_instances)
-            validation = _validation_callback(session, callbacks[0], val_instances, teacher)
+            validation = _validation_callback(session, callbacks[0], val_instances, partner)
             callbacks.insert(0, validation)  # its end-of-training row lands before metrics closes tensorboard
         callbacks.insert(0, _records_written_callback(game))  # before the checkpoint's state file says "done"
         reward_funcs, rollout_func = [GameRollouts.episode_reward], game.rollout

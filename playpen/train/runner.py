@@ -54,10 +54,11 @@ def check_config(recipe: Recipe, cfg, where: str) -> str | None:
     if cfg.quantization and cfg.lora is None:
         raise PlaypenError(f"{where}: quantization: {cfg.quantization} trains adapters only; set lora: {{}} "
                            f"(QLoRA) or quantization: null")
-    if getattr(cfg, "teacher", None) and cfg.teacher != "programmatic":  # (the built-in games' experts)
-        from playpen.models.service import resolve
+    from playpen.models.service import resolve
 
-        resolve(cfg.teacher, "teacher")
+    for role in ("partner", "teacher"):  # (programmatic: the built-in games' experts)
+        if getattr(cfg, role, None) and getattr(cfg, role) != "programmatic":
+            resolve(getattr(cfg, role), role)
     return modeling.resolve_deepspeed(cfg.deepspeed, where)
 
 
