@@ -123,6 +123,9 @@ def run_rank(folder: str, rank: int, world_size: int, local_rank: int, *, use_gp
         distributed.append(attempt("distributed", "rendezvous", rendezvous(use_gpus, timeout_s)))
         if distributed[-1].status == OK:
             distributed.append(attempt("distributed", "all-reduce", all_reduce_bandwidth))
+    else:
+        distributed.append(Check("distributed", "rendezvous", SKIPPED, "one task: nothing to meet",
+                                 "--nodes 2 (or --gpus-per-node 2) tests the rendezvous and the all-reduce"))
     group_failed = world_size > 1 and distributed[0].status == FAILED
     from playpen.doctor import local_checks
 

@@ -4,13 +4,12 @@ playpen-tiny (its ops built or loaded; in a multi-rank job over the job's proces
 episode of playpen-tiny."""
 from __future__ import annotations
 
-import importlib.util
 import logging
 import math
 import time
 
 from playpen.doctor.report import FAILED, SKIPPED, Check, Finding, attempt, missing_package
-from playpen.doctor.software import lock_pins
+from playpen.doctor.software import installed, lock_pins
 
 FEATURES = ("bf16", "4bit", "deepspeed", "rollout")
 
@@ -22,7 +21,7 @@ def _device():
 
 
 def _need(module: str, needed_for: str) -> None:
-    if importlib.util.find_spec(module) is None:
+    if not installed(module):
         raise missing_package(module, lock_pins()[0].get(module), needed_for)
 
 
@@ -114,6 +113,7 @@ def deepspeed_step() -> tuple[str, dict]:
     import deepspeed
     from transformers import AutoModelForCausalLM
 
+    saved = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     created = distributed.init_deepspeed_distributed()  # builds/loads the comm op on CPU (~30 s the first time)
     try:
         model = AutoModelForCausalLM.from_pretrained(_tiny_path(), dtype=torch.float32)
@@ -131,8 +131,13 @@ def deepspeed_step() -> tuple[str, dict]:
                 engine.step()
         world = distributed.dist_info()[1] if distributed.group_ready() else 1
     finally:
-        if created:
+        if created:  # the one-rank group and the variables made for it go again
             distributed.teardown()
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
     data = {"stage": 2, "losses": losses, "setup_s": round(setup_s, 2), "world_size": world,
             "deepspeed": deepspeed.__version__, "device": str(device)}
     if not all(map(math.isfinite, losses)) or losses[1] >= losses[0]:

@@ -48,15 +48,16 @@ def captured(lines: list[str], keep: int = 20) -> Iterator[None]:
     its last `keep` lines are appended to `lines` for the JSON report."""
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
+    saved, streams = [os.dup(1), os.dup(2)], (sys.stdout, sys.stderr)
     with tempfile.TemporaryFile(mode="w+b") as sink:
         os.dup2(sink.fileno(), 1)
         os.dup2(sink.fileno(), 2)
-        try:
+        sys.stdout = sys.stderr = open(1, "w", buffering=1, closefd=False)  # Python's own prints, wherever
+        try:                                                               # sys.stdout pointed (pytest's capture)
             yield
         finally:
             sys.stdout.flush()
-            sys.stderr.flush()
+            sys.stdout, sys.stderr = streams
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
             for fd in saved:

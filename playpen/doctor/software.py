@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata as md
+import importlib.util
 import json
 import os
 import platform
@@ -52,6 +53,11 @@ def in_image() -> str | None:
         if os.environ.get(name):
             return os.environ[name]
     return "an image (no APPTAINER_CONTAINER set)" if LABELS_FILE.is_file() else None
+
+
+def installed(module: str) -> bool:
+    """Whether the package `module` is installed (distribution and import name alike; nothing imported)."""
+    return installed_version(module) is not None and importlib.util.find_spec(module) is not None
 
 
 def installed_version(name: str) -> str | None:
