@@ -32,7 +32,6 @@ import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # this checkout's playpen, as `python -m playpen.cli` in REPO finds it
 VERSIONS = ("torch", "transformers", "peft", "accelerate", "trl", "datasets", "clemcore", "submitit", "deepspeed",
             "bitsandbytes", "playpen")
 
