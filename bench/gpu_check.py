@@ -109,11 +109,12 @@ def train_killed_and_resumed(method: str, overrides: list[str], work: Path, step
     run_dir = root / experiment / "gpu-check"
     log = work / f"{method}.log"
     start = time.perf_counter()
-    if kill_at is None:
-        with log.open("w") as out:
-            code = playpen(*args, stdout=out, stderr=subprocess.STDOUT).wait(timeout=timeout)
-        if code != 0:
-            raise RuntimeError(f"exited {code}: {log.read_text().strip().splitlines()[-1][:300]} (log {log})")
+    if kill_at is None:  # (the dry run's SFT) in this process, where the libraries are imported already
+        from playpen.train import train
+
+        config = overrides[overrides.index("--config") + 1]
+        rest = [a for a in args[2:] if a not in ("--config", config)]
+        train(method, str(REPO / config), rest)
         return check_run(run_dir, steps, None, start, 0.0)
     with log.open("w") as out:
         first = playpen(*args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
