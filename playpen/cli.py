@@ -15,6 +15,7 @@
     playpen models build-tiny|convert-smol [--out DIR] [--force]   (= python -m playpen.models.tiny|smol;
                                                                      playpen build-tiny is build-tiny)
     playpen containers render|check                                 (= python -m playpen.containers)
+    playpen doctor [--storage-root DIR] [--skip FEATURE] [--json]   (as a job: playpen submit doctor --nodes N)
 """
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ COMMANDS = {
                                          "0 and 1 as an instances file (GRPO's split:)"),
     "models": ("playpen.models.cli", "build the bundled models: build-tiny, convert-smol"),
     "containers": ("playpen.containers", "render the Apptainer defs from the lock file, or check they match it"),
+    "doctor": ("playpen.doctor.cli", "will a job run here? software, devices, features tried for real, storage "
+                                     "(as a job: playpen submit doctor --nodes N)"),
 }
 # short forms of submit's own commands: `playpen status DIR` is `playpen submit status DIR`
 SUBMIT_ALIASES = {"status": "state, progress and log tail of a run or sweep directory",

@@ -190,6 +190,25 @@ class TournamentMatchesJob(PlaypenJob):
         return {"played": played}
 
 
+class DoctorJob(PlaypenJob):
+    """`playpen doctor` on every rank of the job, plus the rendezvous, an all-reduce and the start latency
+    (playpen.doctor.collective); rank 0 merges the ranks' reports into <folder>/doctor.json. Never requeued:
+    a doctor that was preempted is simply run again."""
+
+    def __init__(self, folder: str, log_dir: str, submitted: float, skip: tuple[str, ...] = (),
+                 storage_root: str | None = None, timeout_s: float = 120, use_gpus: bool = False) -> None:
+        super().__init__(log_dir, max_requeues=0, use_gpus=use_gpus)
+        self.folder, self.submitted, self.skip = folder, submitted, tuple(skip)
+        self.storage_root, self.timeout_s = storage_root, timeout_s
+
+    def run(self, task: TaskInfo) -> dict:
+        from playpen.doctor.collective import run_rank
+
+        return run_rank(self.folder, task.rank, task.world_size, task.local_rank, use_gpus=self.use_gpus,
+                        submitted=self.submitted, storage_root=self.storage_root, skip=self.skip,
+                        timeout_s=self.timeout_s)
+
+
 def aggregate_tournament(config: dict) -> dict:
     """The job that runs after a tournament's job array: results.md, heatmap.png, matches.json."""
     from playpen.debate import tournament

@@ -4,6 +4,7 @@ its results go to, the job(s). Nothing here submits or writes beyond creating th
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ class Plan:
     array: list[list] | None = None  # sweep/tournament: the cells (matches) of each job (one job per entry)
     aggregate: tuple[Callable, Any] | None = None  # after the array: on SLURM a dependent job, with --wait here
     report: Callable[[], str] | None = None  # what --wait prints at the end
+    verdict: Callable[[], int] | None = None  # --wait's exit code once the job succeeded (doctor: 1 if a check FAILED)
 
 
 def storage_root_for(profile: ClusterProfile, configured: str | None, check: bool) -> Path:
@@ -110,6 +112,36 @@ def plan_meter(args: argparse.Namespace, profile: ClusterProfile, config: str, r
     job = jobs.MeterJob(settings, str(status.log_dir(Path(settings["output"]))), profile.max_requeues,
                         use_gpus=res.gpus_per_node > 0)
     return Plan("meter", Path(settings["output"]), root, job)
+
+
+def plan_doctor(args: argparse.Namespace, profile: ClusterProfile, res: exe.Resources) -> Plan:
+    """`playpen doctor` as a job: one task per GPU (one per node on CPU), as training runs, so the rendezvous
+    and all-reduce are the ones a training job would do. The report goes to <storage_root>/doctor/<time>-job-<host>/."""
+    import time
+
+    from playpen.doctor import DOCTOR_FILE, output_folder
+
+    if args.overrides:
+        raise PlaypenError(f"doctor takes no key=value overrides (got {' '.join(args.overrides)}); "
+                           f"use --storage-root and --skip")
+    root = storage_root_for(profile, args.storage_root, check=not args.dry_run)
+    folder = output_folder(root, "job")
+    job = jobs.DoctorJob(str(folder), str(status.log_dir(folder)), submitted=time.time(), skip=tuple(args.skip),
+                         storage_root=str(root), timeout_s=args.timeout, use_gpus=res.gpus_per_node > 0)
+
+    def report() -> str:
+        from playpen.doctor.report import from_dicts, table
+
+        path = folder / DOCTOR_FILE
+        if not path.is_file():
+            return f"no {path}: the job ended before rank 0 wrote it (see its logs: playpen logs {folder})"
+        return table(from_dicts(json.loads(path.read_text())["checks"])) + f"\nreport: {path}"
+
+    def verdict() -> int:
+        path = folder / DOCTOR_FILE
+        return 0 if path.is_file() and json.loads(path.read_text())["overall"] != "FAILED" else 1
+
+    return Plan("doctor", folder, root, job, report=report, verdict=verdict)
 
 
 def plan_sweep(args: argparse.Namespace, profile: ClusterProfile, config: str, res: exe.Resources,

@@ -11,7 +11,7 @@ from playpen import distributed
 from playpen.config import bounded
 from playpen.models import modeling
 from playpen.storage import Location, Name, RunDir
-from playpen.train import trl_args
+from playpen.train import trackers, trl_args
 from playpen.train.checkpoints import find_resume_checkpoint, load_state, resume_state_callback
 from playpen.train.metrics import metrics_callback
 
@@ -125,7 +125,9 @@ class Session:
         import trl
 
         cls = getattr(trl, self.recipe.trl_config)
-        defaults = {**self.recipe.trainer_defaults(self.cfg), "bf16": self.autocast_bf16()}
+        defaults = {**self.recipe.trainer_defaults(self.cfg), "bf16": self.autocast_bf16(),
+                    "run_name": self.run.path.name, "project": self.cfg.experiment}  # trackers: run id, experiment
+        trackers.prepare(self.trackers, self.run.path, self.cfg.experiment, self.where)
         return trl_args.trl_arguments(
             cls, {**self.cfg.trainer, **extra}, self.where, output_dir=output_dir or self.run.checkpoints,
             seed=self.cfg.seed, deepspeed=self.deepspeed, defaults=defaults, forced=self.recipe.forced(self.cfg))
@@ -147,9 +149,17 @@ class Session:
                          f"below {modeling.BF16_MIN_SPEEDUP}x (trainer.bf16=true forces bf16 autocast)")
         return self._bf16
 
+    @property
+    def trackers(self) -> list[str]:
+        """trainer.report_to's trackers (wandb, trackio, mlflow), [] for none."""
+        return trackers.requested(self.cfg.trainer.get("report_to"), self.where)
+
     def callbacks(self, extra_state=dict, step_offset: int = 0, resumed_step: int = 0) -> list:
-        return [metrics_callback(self.run.metrics, self.run.logs, resumed_step, step_offset),
-                resume_state_callback(extra_state, step_offset)]
+        found = [metrics_callback(self.run.metrics, self.run.logs, resumed_step, step_offset),
+                 resume_state_callback(extra_state, step_offset)]
+        if self.trackers:
+            found.append(trackers.config_callback(self.trackers, self.run.config))
+        return found
 
     def barrier(self) -> None:
         distributed.barrier()

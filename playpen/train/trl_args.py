@@ -12,10 +12,11 @@ from pathlib import Path
 
 from playpen.config import Bounds, check_keys, coerce
 from playpen.errors import PlaypenError
+from playpen.train.trackers import requested
 
 # Keys playpen sets itself from the top level of the config; users set them there, not under `trainer:`.
 MANAGED = {"output_dir": "the run directory", "seed": "seed", "data_seed": "seed", "deepspeed": "deepspeed",
-           "report_to": "playpen's metrics (metrics.jsonl + tensorboard)", "use_cpu": "automatic",
+           "use_cpu": "automatic",
            "resume_from_checkpoint": "automatic resume", "push_to_hub": "not supported",
            "logging_nan_inf_filter": "playpen stops on a non-finite loss"}
 ALIASES = {"gradient_checkpointing": "activation_checkpointing",
@@ -117,7 +118,8 @@ def trl_arguments(cls, section: dict, where: str, *, output_dir: Path, seed: int
         "bf16": bool(cuda and torch.cuda.is_bf16_supported()), "disable_tqdm": False,
         "dataloader_num_workers": 0, "activation_checkpointing": False,
         **defaults, **section, **(forced or {}),
-        "output_dir": str(output_dir), "seed": seed, "data_seed": seed, "report_to": "none",
+        "output_dir": str(output_dir), "seed": seed, "data_seed": seed,
+        "report_to": requested(section.get("report_to"), where) or "none",  # beside playpen's own metrics
         "logging_nan_inf_filter": False,  # the Trainer would log a nan loss as the window's mean: playpen stops
         "use_cpu": not cuda, "deepspeed": deepspeed,
     }
