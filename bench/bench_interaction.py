@@ -57,7 +57,7 @@ def parse_args():
     p.add_argument("--report-only", action="store_true", help="train nothing; evaluate and report what finished")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     p.add_argument("--arms", nargs="+", default=["bc", "dagger", "rft", "grpo", "rft-shuffled"])
-    p.add_argument("--cold-steps", type=int, default=60)
+    p.add_argument("--cold-steps", type=int, default=40)
     p.add_argument("--steps", type=int, default=32, help="optimizer steps of every arm")
     p.add_argument("--sequences", type=int, default=16, help="sequences per optimizer step (8 x accumulation)")
     p.add_argument("--rounds", type=int, default=4, help="dagger and rft: rounds (steps are split over them)")
