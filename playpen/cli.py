@@ -10,7 +10,7 @@
     playpen submit {sft,dpo,grpo,eval,sweep} [--config ...] [--nodes N] [--dry-run] [--wait]
                                                                         (= python -m playpen.submit)
     playpen status|logs RUN_DIR          playpen sweep [--config SWEEP.yaml]         playpen demo [--config ...]
-    playpen debate {tournament,curve,rejudge,transcripts} ...          (= python -m playpen.debate.TOOL)
+    playpen debate {tournament,curve,rejudge,transcripts,pairs} ...          (= python -m playpen.debate.TOOL)
     playpen sweep-local SWEEP.yaml [key=value ...] | --status DIR     (= python -m playpen.eval.sweep; no SLURM)
     playpen models build-tiny|convert-smol [--out DIR] [--force]   (= python -m playpen.models.tiny|smol;
                                                                      playpen build-tiny is build-tiny)
@@ -37,7 +37,7 @@ COMMANDS = {
                                      "playpen.submit)"),
     "demo": ("playpen.demo", "evaluate the demo run: untrained vs trained on held-out instances"),
     "meter": ("playpen.reward.meter", "score a model's sampled completions with a classifier or scorer"),
-    "debate": ("playpen.debate.cli", "debate tools: tournament, curve, rejudge, transcripts"),
+    "debate": ("playpen.debate.cli", "debate tools: tournament, curve, rejudge, transcripts, pairs"),
     "sweep-local": ("playpen.eval.sweep", "run a sweep's pending cells here, one after the other (no SLURM; "
                                           "= python -m playpen.eval.sweep)"),
     "screen": ("playpen.eval.screening", "each instance's pass rate under a model; write those strictly between "

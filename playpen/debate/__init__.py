@@ -1,3 +1,4 @@
-"""Debate tools: tournaments, the iterative-DPO judge curve, offline re-judging and the experts' winning
-transcripts (`playpen debate TOOL`). The games themselves (debate, consultancy, the advocacy protocol) live in
-playpen.games; these tools sit above train and eval, whose models and players they use."""
+"""Debate tools: tournaments, the judge curve of a training run, offline re-judging, the experts' winning
+transcripts and best-of-N preference pairs (`playpen debate TOOL`). The games themselves (debate, consultancy,
+double consultancy, the advocacy protocol, best-of-N advocates) live in playpen.games; these tools sit above train
+and eval, whose models and players they use."""

@@ -9,6 +9,7 @@ TOOLS = {
     "curve": ("playpen.debate.curve", "judge win rate per round of an iterative-DPO debate run"),
     "rejudge": ("playpen.debate.rejudge", "show recorded judges' views to another judge and compare verdicts"),
     "transcripts": ("playpen.debate.transcripts", "the expert advocates' winning transcripts as SFT rows"),
+    "pairs": ("playpen.debate.pairs", "best-of-N advocates' recorded choices as DPO preference pairs"),
 }
 
 

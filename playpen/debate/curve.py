@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from playpen.errors import PlaypenError
-from playpen.debate.records import mean
+from playpen.debate.records import GAMES, mean
 
 
 def round_rows(run: Path) -> list[dict]:
@@ -64,7 +64,7 @@ def play_policy(weights: str, adapter: str | None, tokenizer_from: str, pairs, t
                            batch_size=32, progress=False, seed=0)
     episodes = engine.play(game, pairs)
     scores = [e.episode_scores for e in episodes]
-    quotes = "Quote Precision A" if game == "debate" else "Quote Precision"
+    quotes = "Quote Precision" if game == "consultancy" else "Quote Precision A"
     return {"episodes": len(episodes), "win_rate": mean(s.get("Player 1 Wins") for s in scores),
             "judge_probability": mean(s.get("Main Score", float("nan")) / 100 for s in scores),
             "judge_accuracy": mean(s.get("Judge Correct") for s in scores),
@@ -114,8 +114,8 @@ def curve(run_dir: str | Path, instances: int | None = 30, temperature: float = 
         raise PlaypenError(f"{run} is not a training run folder (no config.yaml)")
     config = yaml.safe_load((run / "config.yaml").read_text())
     game = config.get("game")
-    if game not in ("debate", "consultancy"):
-        raise PlaypenError(f"{run} trained on {game!r}, not debate or consultancy")
+    if game not in GAMES:
+        raise PlaypenError(f"{run} trained on {game!r}, not one of {', '.join(GAMES)}")
     pairs = held_out_pairs(game, instances)
     held = []
     found = policies(run, config)

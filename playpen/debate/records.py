@@ -1,5 +1,6 @@
-"""Reading recorded debate and consultancy episodes (clem's layout: playpen eval results, playpen-records of a run,
-tournament records): who sat where, the judge's view of the dialogue, the verdict, the scores.
+"""Reading recorded debate, consultancy and double consultancy episodes (clem's layout: playpen eval results,
+playpen-records of a run, tournament records): who sat where, the judge's view of the dialogue, the verdict, the
+scores.
 """
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from pathlib import Path
 
 from playpen.records import interactions_files
 
-GAMES = ("debate", "consultancy")
+# each game's advocates by seat: two sides (debate, double consultancy: A then B) or one consultant
+ADVOCATES = {"debate": ("Debater A", "Debater B"), "consultancy": ("Consultant",),
+             "double_consultancy": ("Consultant A", "Consultant B")}
+GAMES = tuple(ADVOCATES)
 
 
 @dataclass
@@ -19,7 +23,7 @@ class Episode:
     game: str
     experiment: str
     game_id: int
-    seats: dict                 # game role -> model name ("Debater A", "Debater B" / "Consultant", "Judge")
+    seats: dict                 # game role -> model name (ADVOCATES' roles, "Judge")
     correct: str | None
     player_1_side: str | None
     verdict: dict | None        # the GM's "verdict" note, None when the judge never decided (aborted)
@@ -45,7 +49,7 @@ def _notes(interactions: dict, kind: str) -> list:
 
 
 def read_episode(path: Path) -> Episode | None:
-    """The episode of one interactions.json, None when it is not a (complete) debate or consultancy record."""
+    """The episode of one interactions.json, None when it is not a (complete) record of one of GAMES."""
     try:
         interactions = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):

@@ -64,7 +64,7 @@ def rejudge(records_dir: str | Path, judge, max_tokens: int = MAX_NEW_TOKENS,
     ask = load_judge(judge, max_tokens, temperature)
     episodes = [e for e in episodes_under(folder) if len(e.judge_view()) > 0]
     if not episodes:
-        raise PlaypenError(f"no debate or consultancy episode with a judge turn under {folder}")
+        raise PlaypenError(f"no debate or consultancy episode (of any kind) with a judge turn under {folder}")
     rows = [rejudge_episode(e, ask) for e in episodes]
     summary = {
         "episodes": len(rows), "judge": judge if isinstance(judge, str) else getattr(judge, "name", str(judge)),

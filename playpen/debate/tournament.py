@@ -1,7 +1,9 @@
 """Debate tournaments: every ordered pair of debaters (both seatings) before every judge, on a game's instances,
 played by clemcore's runner with one model per seat; then a results table (win rates per debater, overall, as the
 correct and the incorrect side, as A and as B; judge accuracy; a Bradley-Terry rating on the Elo scale) and a
-heatmap. Consultancy: every consultant before every judge (no pairs, no rating).
+heatmap. Consultancy: every consultant before every judge (no pairs, no rating). Double consultancy: as debate,
+the consultants in the debaters' places. A debater may be best-of-N (`best_of_n:`, see best_of_n.py in
+playpen/games/debate): its matches are played by clemcore's sequential runner, its choices are in the records.
 
     playpen debate tournament configs/debate/tournament_tiny.yaml [key=value ...]   (here)
     python -m playpen.submit tournament --config configs/debate/tournament_tiny.yaml   (one job-array task per match)
@@ -20,7 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from playpen.debate.records import Episode, episodes_under, mean
+from playpen.debate.records import ADVOCATES, GAMES, Episode, episodes_under, mean
 from playpen.defaults import BATCH_SIZE, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
 from playpen.storage import Location, Name, atomic_write_json, exclusive_folder, path_under, slug_joined
@@ -31,9 +33,15 @@ PROGRAMMATIC = "programmatic"  # the expert advocate in an advocate's seat, the 
 @dataclass
 class TournamentConfig:
     name: Name
-    debaters: list[str] = field(default_factory=list)  # registry names or "programmatic" (consultants too)
+    debaters: list[str] = field(default_factory=list)  # registry names or "programmatic" (consultants too),
+                                         # or names of best_of_n entries
     judges: list[str] = field(default_factory=list)
-    game: str = "debate"                 # or consultancy
+    game: str = "debate"                 # or consultancy, double_consultancy
+    best_of_n: dict = field(default_factory=dict)  # debater name -> {model, n, chooser, temperature}: a debater
+                                         # that samples n speeches per turn from model (registry name or
+                                         # programmatic) and gives the one chooser prefers: judge (this match's
+                                         # judge reading it in context), programmatic, a callable scorer
+                                         # package.module:function or a reward model (`playpen train reward`)
     instances: str = "validation"        # instance set (validation: every seat is the model given for it)
     max_instances: int | None = 6        # per match, spread over experiments
     self_play: bool = False              # debate: also each debater against itself
@@ -44,27 +52,69 @@ class TournamentConfig:
 
 
 def check(cfg: TournamentConfig, where: str) -> None:
-    if cfg.game not in ("debate", "consultancy"):
-        raise PlaypenError(f"{where}: game must be debate or consultancy, got {cfg.game!r}")
+    if cfg.game not in GAMES:
+        raise PlaypenError(f"{where}: game must be one of {', '.join(GAMES)}, got {cfg.game!r}")
     if not cfg.judges:
         raise PlaypenError(f"{where}: no judge: list at least one under judges: (a registry model or programmatic)")
-    if not cfg.debaters or (cfg.game == "debate" and len(set(cfg.debaters)) < 2 and not cfg.self_play):
+    if not cfg.debaters or (len(ADVOCATES[cfg.game]) == 2 and len(set(cfg.debaters)) < 2 and not cfg.self_play):
         raise PlaypenError(f"{where}: list at least two debaters (or one with self_play: true)")
     from playpen.models import service
 
-    for name in {*cfg.debaters, *cfg.judges} - {PROGRAMMATIC}:
+    models = {*cfg.debaters, *cfg.judges} - set(cfg.best_of_n)
+    for name, entry in cfg.best_of_n.items():
+        if name in cfg.judges:
+            raise PlaypenError(f"{where}: best_of_n entry {name} is a judge; best-of-n is for debaters")
+        models.add(best_of_n_setting(name, entry, where)[0])
+    for name in models - {PROGRAMMATIC}:
         service.resolve(name, "tournament player")  # unknown names and missing keys: one line, before any play
 
 
+def best_of_n_setting(name: str, entry, where: str):
+    """(model name, BestOfN, reward-model ScorerSpec or None) of a best_of_n entry, checked without loading."""
+    from playpen.games.debate.best_of_n import JUDGE, PROGRAMMATIC as CHOSEN_BY_RULE, BestOfN, is_callable_name
+
+    if not isinstance(entry, dict) or not isinstance(entry.get("model"), str):
+        raise PlaypenError(f"{where}: best_of_n.{name} needs {{model: <registry name or programmatic>, n: N}} "
+                           f"(optional: chooser, temperature)")
+    if "seats" in entry:
+        raise PlaypenError(f"{where}: best_of_n.{name}: a tournament debater samples in every seat it takes; "
+                           f"remove seats")
+    chooser = entry.get("chooser", JUDGE)
+    model_chooser = isinstance(chooser, str) and chooser not in (JUDGE, CHOSEN_BY_RULE) \
+        and not is_callable_name(chooser)
+    setting = {k: v for k, v in entry.items() if k != "model"}
+    try:
+        choice = BestOfN.from_setting({**setting, "chooser": JUDGE} if model_chooser else setting)
+    except ValueError as e:
+        raise PlaypenError(f"{where}: best_of_n.{name}: {e}") from None
+    if not model_chooser:
+        return entry["model"], choice, None
+    from dataclasses import replace
+
+    from playpen.reward.scorers import resolve_scorer
+
+    return entry["model"], replace(choice, chooser=chooser), resolve_scorer(chooser, what=f"best_of_n.{name}.chooser")
+
+
 def matches(cfg: TournamentConfig) -> list[tuple[str, ...]]:
-    """Seatings in seat order: (A, B, judge) for debate, (consultant, judge) for consultancy."""
-    if cfg.game == "consultancy":
+    """Seatings in seat order: (A, B, judge) for two-sided games, (consultant, judge) for consultancy."""
+    if len(ADVOCATES[cfg.game]) == 1:
         return [(c, j) for j in cfg.judges for c in dict.fromkeys(cfg.debaters)]
     pairs = list(itertools.product(dict.fromkeys(cfg.debaters), repeat=2))
     return [(a, b, j) for j in cfg.judges for a, b in pairs if a != b or cfg.self_play]
 
 
 def _model(name: str, cache: dict, cfg: TournamentConfig):
+    if name not in cache and name in cfg.best_of_n:
+        from playpen.games.debate.best_of_n import BestOfNModel
+
+        model_name, choice, scorer_spec = best_of_n_setting(name, cfg.best_of_n[name], "tournament")
+        scorer = None
+        if scorer_spec is not None:
+            from playpen.reward.scorers import load_scorer
+
+            scorer = load_scorer(scorer_spec)
+        cache[name] = BestOfNModel(_model(model_name, cache, cfg), choice, name=name, scorer=scorer)
     if name not in cache:
         if name == PROGRAMMATIC:
             from playpen.games import expert_model
@@ -136,8 +186,7 @@ def play_match(cfg: TournamentConfig, seating: tuple[str, ...], cache: dict) -> 
 def match_rows(episodes: list[Episode], game: str) -> list[dict]:
     rows = []
     for e in episodes:
-        names = ([e.seats.get("Debater A"), e.seats.get("Debater B")] if game == "debate"
-                 else [e.seats.get("Consultant")])
+        names = [e.seats.get(role) for role in ADVOCATES[game]]
         row = {"judge": e.seats.get("Judge"), "advocates": names, "experiment": e.experiment,
                "game_id": e.game_id, "correct": e.correct, "player_1_side": e.player_1_side,
                "aborted": e.aborted, "verdict": None if e.aborted else e.verdict["side"],
@@ -167,7 +216,8 @@ def summarize(rows: list[dict], game: str) -> dict:
     """Per advocate: episodes, win rate (overall, as correct / incorrect side, as A / B), quote precision; per
     judge: accuracy and % without verdict; debate: ratings and the head-to-head matrix."""
     advocates = sorted({n for r in rows for n in r["advocates"]})
-    positions = "AB" if game == "debate" else [None]
+    two_sided = len(ADVOCATES[game]) == 2
+    positions = "AB" if two_sided else [None]
 
     def side(row: dict, seat: str | None) -> str:  # the answer an advocate argued (consultant: its side)
         return seat or row["player_1_side"]
@@ -181,7 +231,7 @@ def summarize(rows: list[dict], game: str) -> dict:
         per[name] = {"episodes": len(seats), "win_rate": mean(won(r, s) for r, s in seats),
                      "win_rate_correct_side": mean(won(r, s) for r, s in seats if side(r, s) == r["correct"]),
                      "win_rate_incorrect_side": mean(won(r, s) for r, s in seats if side(r, s) != r["correct"])}
-        if game == "debate":
+        if two_sided:
             per[name]["win_rate_as_A"] = mean(won(r, s) for r, s in seats if s == "A")
             per[name]["win_rate_as_B"] = mean(won(r, s) for r, s in seats if s == "B")
     judges = {j: {"episodes": sum(r["judge"] == j for r in rows),
@@ -190,7 +240,7 @@ def summarize(rows: list[dict], game: str) -> dict:
                   "no_verdict_pct": 100 * mean(float(r["aborted"]) for r in rows if r["judge"] == j)}
               for j in sorted({r["judge"] for r in rows})}
     out = {"advocates": per, "judges": judges}
-    if game == "debate":
+    if two_sided:
         games = [(r["advocates"][0], r["advocates"][1]) if r["verdict"] == "A" else (r["advocates"][1],
                                                                                        r["advocates"][0])
                  for r in rows if not r["aborted"] and r["advocates"][0] != r["advocates"][1]]
@@ -220,7 +270,7 @@ def results_markdown(name: str, summary: dict) -> str:
 
 
 def heatmap(summary: dict, rows: list[dict], out: Path) -> Path:
-    """Debate: row debater's win rate against the column debater; consultancy: consultant x judge win rate."""
+    """Two-sided games: row advocate's win rate against the column's; consultancy: consultant x judge win rate."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -16,17 +16,17 @@ import random
 import sys
 from pathlib import Path
 
+from playpen.debate.records import ADVOCATES
 from playpen.errors import PlaypenError
 
-ADVOCATE_ROLES = {"A": "Debater A", "B": "Debater B"}
 
 
 def winning_transcripts(game: str = "debate", episodes: int = 400, seed: int = 0, split: str = "train") -> list[dict]:
     """Rows {"messages", "meta"} of the winning advocates of `episodes` expert games (deterministic in seed)."""
     from playpen import games
 
-    if game not in ("debate", "consultancy"):
-        raise PlaypenError(f"winning transcripts are made for debate or consultancy, not '{game}'")
+    if game not in ADVOCATES:
+        raise PlaypenError(f"winning transcripts are made for {', '.join(ADVOCATES)}, not '{game}'")
     rows_in = list(games.load_instances(game, split))
     rng = random.Random(f"{seed}-{game}-won")
     rows = []
@@ -37,8 +37,8 @@ def winning_transcripts(game: str = "debate", episodes: int = 400, seed: int = 0
         if master.verdict is None:
             continue
         side = master.verdict[0]
-        if game == "debate":
-            role = ADVOCATE_ROLES[side]
+        if len(ADVOCATES[game]) == 2:
+            role = ADVOCATES[game]["AB".index(side)]
         else:
             role = "Consultant" if side == master.player_1_side else None
         winner = next((p for p in master.get_players() if p.game_role == role), None)

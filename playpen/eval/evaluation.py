@@ -110,6 +110,8 @@ def clemcore_play(entry: GameEntry, pairs: list[tuple[dict, dict]], models: list
         InteractionsFileSaver(folder, player_model_infos=infos), RunFileSaver(folder, player_model_infos=infos)])
     rows = GameInstances(entry.name, [{"game_name": entry.name, "experiment": e, "game_instance": i}
                                       for e, i in pairs])
+    if any(e.get("best_of_n") for e, _ in pairs):
+        batch_size = 1  # best-of-n players sample and choose themselves; clemcore's batch runner bypasses players
     try:
         dispatch.run(load_benchmark(entry), rows, models, callbacks=callbacks, batch_size=batch_size)
     except RuntimeError as e:

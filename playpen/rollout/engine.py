@@ -15,6 +15,11 @@ live episode waiting for it. An episode that ends frees its slot at once; the ne
 next wave. Learner seats keep their token sequence and KV cache between turns (see generation.py), so a turn
 only encodes the new environment message. Records are written by a background thread.
 
+Candidates (best-of-N players): a player whose `candidates_per_turn` is above 1 gets that many replies sampled in
+the wave (at its `candidate_temperature`, from one shared prompt encoding), and its `choose(replies)` says which
+one it gives; the trace keeps the chosen reply's tokens. Such players of other models answer on their own
+(`player(context)`), never in clemcore's model batches, which do not ask the player.
+
 Self-play (teacher=None): the learner holds every seat. With a teacher: the teacher holds `teacher_seats`
 (default: every seat but `learner_seat`, 0 by default, the game's first player) and the learner the others, e.g.
 debate's judge as the teacher (teacher_seats=[2]) before the learner debating itself. A teacher may be a
@@ -50,6 +55,11 @@ from playpen.rollout.policy import LocalPolicy, PolicyModel, clean_reply
 clemcore_recorder.get_version = functools.cache(clemcore_recorder.get_version)
 
 log = logging.getLogger(__name__)
+
+
+def candidates(player) -> int:
+    """Replies sampled for this player per turn (best-of-N players ask for several)."""
+    return max(int(getattr(player, "candidates_per_turn", 1) or 1), 1)
 
 
 class RolloutEngine:
@@ -252,7 +262,8 @@ class RolloutEngine:
             waiting = [x for x in live if not x.done and not isinstance(x.gm.current_player.model, PolicyModel)]
             if not waiting:
                 return
-            batch = [x for x in waiting if x.gm.current_player.model.supports_batching()]
+            batch = [x for x in waiting if x.gm.current_player.model.supports_batching()
+                     and candidates(x.gm.current_player) == 1]
             batched = {id(x) for x in batch}
             if batch:
                 players = [x.gm.current_player for x in batch]
@@ -288,7 +299,8 @@ class RolloutEngine:
             item.done = True
 
     def _wave(self, session: PlaySession, policy: LocalPolicy, group: list[LiveEpisode]) -> None:
-        seqs, convs, players = [], [], []
+        default = self.temperature if policy is self.learner else self.teacher_temperature
+        requests = []  # (item, conversation, player, sequences: one per candidate, temperature)
         for item in group:
             player = item.gm.current_player
             conv = item.convs.get(player.name)
@@ -300,22 +312,36 @@ class RolloutEngine:
             perspective = player.perceive_context(context)
             if conv is None:
                 conv = item.convs[player.name] = Conversation(policy, player.name, player.game_role)
-            seqs.append(conv.prepare(perspective))
-            convs.append(conv)
-            players.append(player)
-        temperature = self.temperature if policy is self.learner else self.teacher_temperature
-        outs = generate(policy, seqs, max_new_tokens=self.max_new_tokens, temperature=temperature,
-                        generator=self._generator_for(policy), keep_cache=self.kv_cache,
-                        prefix_cache=session.prefix_caches.setdefault(id(policy), {}))
-        for item, conv, player, out in zip(group, convs, players, outs):
-            if out.error is not None:
-                item.fail(out.error)
+            seq, n = conv.prepare(perspective), candidates(player)
+            temperature = default if n == 1 else float(getattr(player, "candidate_temperature", None) or default)
+            requests.append((item, conv, player, [seq] + [seq.copy() for _ in range(n - 1)], temperature))
+        outs: dict[int, list] = {}
+        prefix_cache = session.prefix_caches.setdefault(id(policy), {})
+        for temperature in dict.fromkeys(r[4] for r in requests):  # one generation per temperature
+            rows = [(i, seq) for i, r in enumerate(requests) if r[4] == temperature for seq in r[3]]
+            generated = generate(policy, [seq for _, seq in rows], max_new_tokens=self.max_new_tokens,
+                                 temperature=temperature, generator=self._generator_for(policy),
+                                 keep_cache=self.kv_cache, prefix_cache=prefix_cache)
+            for (i, _), out in zip(rows, generated):
+                outs.setdefault(i, []).append(out)
+        for i, (item, conv, player, seqs, _) in enumerate(requests):
+            failed = next((out.error for out in outs[i] if out.error is not None), None)
+            if failed is not None:
+                item.fail(failed)
                 continue
-            raw = policy.decode(out.reply_ids)
-            text = clean_reply(raw)
-            conv.add_reply(out, raw, text)
-            player.perceive_response(text)
-            self._step(item, text)
+            raws = [policy.decode(out.reply_ids) for out in outs[i]]
+            texts = [clean_reply(raw) for raw in raws]
+            chosen = 0
+            if len(texts) > 1:
+                try:
+                    chosen = player.choose(texts)
+                except Exception as e:  # noqa: BLE001 - a chooser that fails ends this episode, not the run
+                    item.fail(f"choosing among {len(texts)} candidates failed: {type(e).__name__}: {e}")
+                    continue
+                conv.seq = seqs[chosen]  # the chosen candidate's tokens (and cache) continue the conversation
+            conv.add_reply(outs[i][chosen], raws[chosen], texts[chosen])
+            player.perceive_response(texts[chosen])
+            self._step(item, texts[chosen])
 
     def _generator_for(self, policy: LocalPolicy) -> torch.Generator | None:
         if self._seed is None:

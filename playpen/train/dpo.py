@@ -6,10 +6,12 @@
 Static: rows {"prompt": [...messages] | str, "chosen": [...] | str, "rejected": [...] | str}.
 Rollouts: the learner plays each instance once, then `group_size - 1` branches replay it from just before one
 of its replies (`RolloutEngine.branch`); `playpen.rollout.preference_pairs` turns each branch group into a
-best-vs-worst pair on that reply (ties skipped). With `iterations: N` it repeats
-play → pairs → DPO, each round against the policy it starts from (TRL copies the adapter as "ref"; without
-LoRA it keeps a frozen copy). Round k lives in checkpoints/iter_k/ with its pairs in pairs/iter_k.jsonl, so a
-rerun resumes inside the round it stopped in, without replaying finished rounds.
+best-vs-worst pair on that reply (ties skipped). With `pairs: best_of_n` (debate and consultancy games with
+`best_of_n:` advocates) each instance is played once and every best-of-N choice is a pair: the chosen speech
+against the candidate the chooser liked least (NYU's DPO data; scores kept in the pairs file's meta).
+With `iterations: N` it repeats play → pairs → DPO, each round against the policy it starts from (TRL copies
+the adapter as "ref"; without LoRA it keeps a frozen copy). Round k lives in checkpoints/iter_k/ with its pairs
+in pairs/iter_k.jsonl, so a rerun resumes inside the round it stopped in, without replaying finished rounds.
 """
 from __future__ import annotations
 
@@ -31,6 +33,10 @@ class Config(game_play.GameConfig):
     # branch factor: episodes per instance sharing a prefix
     group_size: int = bounded(4, ge=2, hint="a preference pair compares two episodes of an instance")
     instances: int | None = bounded(16, ge=1)  # training instances played per round
+    pairs: str = "branching"            # where rollout pairs come from: branching (replays from one learner
+                                        # reply), or best_of_n (each instance played once with best_of_n:
+                                        # advocates; a pair per choice, the chosen speech against the
+                                        # lowest-scored candidate; group_size is not used)
 
 
 def _side(value, name: str) -> str | None:
@@ -76,6 +82,11 @@ class DPO(rounds.RoundsRecipe):
             data_files.read_jsonl_rows(cfg.data, where, "data", _row_problem)
         else:
             game_play.check_game(cfg, where)
+            if cfg.pairs not in ("branching", "best_of_n"):
+                raise PlaypenError(f"{where}: pairs must be branching or best_of_n, got {cfg.pairs!r}")
+            if cfg.pairs == "best_of_n" and cfg.best_of_n is None:
+                raise PlaypenError(f"{where}: pairs: best_of_n needs best-of-n advocates: set best_of_n (e.g. "
+                                   f"best_of_n: {{n: 4, chooser: judge}})")
 
     def trainer_defaults(self, cfg: Config) -> dict:
         return {"beta": 0.1, "max_length": 1024, "learning_rate": 5e-6}
@@ -131,11 +142,18 @@ class DPO(rounds.RoundsRecipe):
                                teacher_seats=cfg.partner_seats)
         tag = game_play.records_tag("iter", k, session.rank, session.world_size)
         game_play.clear_records(session.run.records, lambda prefix, step: prefix == "iter" and step == k)
-        episodes = engine.branch(cfg.game, shard, branch_factor=cfg.group_size, records_dir=session.run.records,
-                                 records_tag=tag)
+        if cfg.pairs == "best_of_n":
+            from playpen.games.debate import best_of_n
+
+            episodes = engine.play(cfg.game, shard, records_dir=session.run.records, records_tag=tag)
+            found = [p for e in episodes for p in best_of_n.preference_pairs(e.interactions)]
+        else:
+            episodes = engine.branch(cfg.game, shard, branch_factor=cfg.group_size,
+                                     records_dir=session.run.records, records_tag=tag)
+            found = [_plain_pair(p) for p in preference_pairs(episodes)]
         if failure := game_play.partner_failure(cfg, episodes, f"of round {k}"):
             raise PlaypenError(f"{failure} (records: {session.run.records})")
-        pairs = rounds.gather([_plain_pair(p) for p in preference_pairs(episodes)])
+        pairs = rounds.gather(found)
         stats = rounds.merged_stats(game_play.episode_stats(episodes), len(episodes))
         return pairs, {**stats, "pairs": len(pairs)}
 

@@ -52,6 +52,9 @@ class GameConfig(TrainConfig):
                                                   # validation_every steps, and at the end
     validation_every: int = bounded(0, ge=0)  # steps between validations (0: start and end only)
     validation_temperature: float = bounded(0.0, ge=0)  # greedy by default, as clemscore evaluation plays
+    best_of_n: dict | int | None = None  # debate, consultancy, double_consultancy: advocates that sample n speeches
+                                         # per turn and give the chooser's favourite, in every experiment played
+                                         # ({n, chooser, temperature, seats}: playpen/games/debate/best_of_n.py)
 
 
 def check_game(cfg: GameConfig, where: str) -> dict:
@@ -83,6 +86,16 @@ def check_game(cfg: GameConfig, where: str) -> dict:
                                f"comes from {entry.source}: name a model as its partner")
     elif cfg.partner:
         service.resolve(cfg.partner, "partner")  # unknown name or missing key.json entry: one line, now
+    if cfg.best_of_n is not None:
+        from playpen.games.debate.best_of_n import GAMES, BestOfN
+
+        if entry.name.removeprefix("playpen-") not in GAMES:
+            raise PlaypenError(f"{where}: best_of_n is for the advocates of {', '.join(GAMES)}; {cfg.game} has none "
+                               f"(remove best_of_n)")
+        try:
+            BestOfN.from_setting(cfg.best_of_n)
+        except ValueError as e:
+            raise PlaypenError(f"{where}: {e}") from None
     if cfg.generate is not None and not isinstance(cfg.generate.get("seed"), int):
         raise PlaypenError(f"{where}: generate needs an integer seed, e.g. generate: {{seed: 7}}")
     train_instances(cfg)  # the instances file exists and parses, or the generator runs: before anything is written
@@ -139,7 +152,7 @@ def train_instances(cfg: GameConfig, save_dir: Path | None = None, limit=KEEP):
     <save_dir>/<game>.generated-seed<N>.json so the run says what it trained on."""
     limit = cfg.instances if limit is KEEP else limit
     if cfg.generate is None:
-        return select_instances(cfg, cfg.split, limit)
+        return with_best_of_n(cfg, select_instances(cfg, cfg.split, limit))
     args = {k: v for k, v in cfg.generate.items() if k != "seed"}
     instances, dropped = generate_instances(cfg.game, cfg.generate["seed"], args)
     pairs = pick_generated(cfg.game, instances, cfg.generate["seed"], limit, cfg.seed)
@@ -149,7 +162,14 @@ def train_instances(cfg: GameConfig, save_dir: Path | None = None, limit=KEEP):
         atomic_write_json(save_dir / f"{cfg.game}.generated-seed{cfg.generate['seed']}.json", instances)
         print(f"[playpen] {cfg.game}: {len(pairs)} generated instances (seed {cfg.generate['seed']}; {dropped} "
               f"identical to validation instances dropped)", flush=True)
-    return pairs
+    return with_best_of_n(cfg, pairs)
+
+
+def with_best_of_n(cfg: GameConfig, pairs: list) -> list:
+    """The instances with the config's best-of-n advocates in their experiments."""
+    if cfg.best_of_n is None:
+        return pairs
+    return [({**experiment, "best_of_n": cfg.best_of_n}, instance) for experiment, instance in pairs]
 
 
 def main_score(episode) -> float:

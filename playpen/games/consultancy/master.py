@@ -42,13 +42,14 @@ def render_prompts(protocol: pr.Protocol, instance: dict) -> dict:
 
 
 class Consultancy(AdvocacyGame):
+    player_1_speaker = "C"
 
     def _setup_players(self, instance):
         self.player_1_side = check_side(instance)
         prompts = {**render_prompts(self.protocol, instance),
                    **{k: v for k, v in instance.items() if k.endswith("_prompt")}}
         self.schedule = schedule(self.protocol)
-        self.players_by_side = {"C": Advocate(self.player_models[0], game_role="Consultant"),
+        self.players_by_side = {"C": self.advocate(0, "C", "Consultant"),
                                 "J": Judge(self.seat_model(1, self.protocol.judge), game_role="Judge")}
         self.add_player(self.players_by_side["C"], initial_prompt=prompts["consultant_prompt"])
         self.add_player(self.players_by_side["J"], initial_prompt=prompts["judge_prompt"])
@@ -62,7 +63,11 @@ class Consultancy(AdvocacyGame):
             return f"{said}\n\n{ask}"
         if turn.round == 0:
             return f"Round 1 of {rounds}: give your opening speech."
-        return f"The judge asks: {self.questions[-1]}\nRound {turn.round + 1} of {rounds}: answer the judge."
+        return f"The judge asks: {self.questions[-1][1]}\nRound {turn.round + 1} of {rounds}: answer the judge."
+
+    def _verdict_context(self, extra):
+        said = pr.render_speeches(self.unread("J") + [extra], self.protocol.questions + 1)
+        return f"{said}\n\nYour verdict?"
 
 
 class ConsultancyScorer(AdvocacyScorer):

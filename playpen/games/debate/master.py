@@ -39,9 +39,8 @@ class Debate(AdvocacyGame):
         self.schedule = schedule(self.protocol)
         self.player_1_side = "A"
         self.players_by_side = {
-            "A": Advocate(self.player_models[0], game_role="Debater A"),
-            "B": Advocate(self.seat_model(1, self.protocol.opponent, self.protocol.opponent_skill),
-                          game_role="Debater B"),
+            "A": self.advocate(0, "A", "Debater A"),
+            "B": self.advocate(1, "B", "Debater B", self.protocol.opponent, self.protocol.opponent_skill),
             "J": Judge(self.seat_model(2, self.protocol.judge), game_role="Judge")}
         for who, key in (("A", "debater_a_prompt"), ("B", "debater_b_prompt"), ("J", "judge_prompt")):
             self.add_player(self.players_by_side[who], initial_prompt=prompts[key])
@@ -49,10 +48,17 @@ class Debate(AdvocacyGame):
     def _context(self, index):
         turn, news = self.schedule[index], self.news_for(index)
         if turn.who == "J":
-            return f"The debate:\n\n{pr.render_speeches(news, self.protocol.rounds)}\n\nYour verdict?"
+            return self._verdict_text(news)
         what = "opening speech" if turn.round == 0 else "rebuttal"
         said = pr.render_speeches(news, self.protocol.rounds) + "\n\n" if news else ""
         return f"{said}Round {turn.round + 1} of {self.protocol.rounds}: give your {what}."
+
+
+    def _verdict_text(self, speeches):
+        return f"The debate:\n\n{pr.render_speeches(speeches, self.protocol.rounds)}\n\nYour verdict?"
+
+    def _verdict_context(self, extra):
+        return self._verdict_text(self.unread("J") + [extra])
 
 
 class DebateScorer(AdvocacyScorer):

@@ -46,6 +46,8 @@ class Protocol:
                                          # model was given for it (the train split's); None: the given model
     opponent: str | None = None          # debate, "programmatic": the expert debater takes Debater B's seat
     opponent_skill: float = 1.0          # how often that expert plays its best move (else a weaker one)
+    best_of_n: dict | None = None        # advocates that sample n speeches per turn and keep the one a chooser
+                                         # prefers: {n, chooser, temperature, seats}; see best_of_n.py
 
     @classmethod
     def from_experiment(cls, experiment: dict) -> "Protocol":
@@ -67,6 +69,13 @@ class Protocol:
                                 f"got {getattr(protocol, key)!r}")
         if not isinstance(protocol.opponent_skill, (int, float)) or not 0 <= protocol.opponent_skill <= 1:
             problems.append(f"opponent_skill must be a number from 0 to 1, got {protocol.opponent_skill!r}")
+        if protocol.best_of_n is not None:
+            from playpen.games.debate.best_of_n import BestOfN
+
+            try:
+                BestOfN.from_setting(protocol.best_of_n)
+            except ValueError as e:
+                problems.append(str(e))
         if protocol.main_score not in MAIN_SCORES:
             problems.append(f"main_score must be one of {', '.join(MAIN_SCORES)}, got {protocol.main_score!r}")
         if problems:
@@ -153,18 +162,29 @@ def speaker_label(speaker: str) -> str:
     return "Consultant" if speaker == "C" else f"Debater {speaker}"
 
 
-def render_speeches(speeches: list[Speech], rounds: int | None = None) -> str:
+def render_speeches(speeches: list[Speech], rounds: int | None = None, label=speaker_label) -> str:
+    """Speeches as the judge (or an opponent) reads them, each under a header `[<label>, round r of n]`."""
     parts = []
     for s in speeches:
         of = f" of {rounds}" if rounds else ""
-        parts.append(f"[{speaker_label(s.speaker)}, round {s.round + 1}{of}]\n{s.shown}")
+        parts.append(f"[{label(s.speaker)}, round {s.round + 1}{of}]\n{s.shown}")
     return "\n\n".join(parts)
 
 
+HEADER = re.compile(r"^\[([^\]\n]+)\]\n", re.MULTILINE)
+SPEECH_HEADER = re.compile(r"((?:Debater|Consultant) [AB]|Consultant), round \d+(?: of \d+)?")
+
+
 def read_transcript(text: str) -> list[tuple[str, str]]:
-    """(speaker label, shown speech) blocks of a rendered transcript (what a judge was shown)."""
-    blocks = re.split(r"^\[((?:Debater [AB])|Consultant), round \d+(?: of \d+)?\]\n", text, flags=re.MULTILINE)
-    return [(blocks[i], blocks[i + 1]) for i in range(1, len(blocks) - 1, 2)]
+    """(speaker label, shown speech) blocks of a rendered transcript (what a judge was shown). A block ends at the
+    next `[...]` header line, so a question rendered under its own header is not part of the speech before it."""
+    blocks = HEADER.split(text)
+    found = []
+    for i in range(1, len(blocks) - 1, 2):
+        match = SPEECH_HEADER.fullmatch(blocks[i])
+        if match:
+            found.append((match.group(1), blocks[i + 1]))
+    return found
 
 
 # ---------------------------------------------------------------- verdicts and questions
@@ -298,7 +318,8 @@ def judge_reply(messages: list[dict]) -> str:
     """The programmatic judge: it reads only what it was shown (question, answers, speeches with quote marks) and
     weighs each side's `evidence`. Debate: the side with more (ties: A), probability sigmoid(difference).
     Consultancy: the consultant's answer only if its evidence reaches 1 (a verified quote about the subject that
-    states it), else the other answer; probability sigmoid(|evidence - 1|). Asks its one question when asked to."""
+    states it), else the other answer; probability sigmoid(|evidence - 1|). Double consultancy: as debate, each
+    consultant's speeches weighed for its own answer. Asks its one question when asked to."""
     prompt = messages[0]["content"]
     if ASK in messages[-1]["content"]:
         return JUDGE_QUESTION
@@ -316,7 +337,9 @@ def judge_reply(messages: list[dict]) -> str:
         margin = evidence(said.get("Consultant", []), answers[side], names) - 1.0
         pick = side if margin >= 0 else other(side)
         return f"Consultant's evidence {margin + 1:.2f} (1 needed).\n{verdict_line(pick, sigmoid(abs(margin)))}"
-    weights = {s: evidence(said.get(f"Debater {s}", []), answers[s], names) for s in SIDES}
+    # debate: Debater A and B; double consultancy: Consultant A and B, each questioned in its own session
+    weights = {s: evidence(said.get(f"Debater {s}", []) + said.get(f"Consultant {s}", []), answers[s], names)
+               for s in SIDES}
     margin = weights["A"] - weights["B"]
     pick = "A" if margin >= 0 else "B"
     return f"Evidence A {weights['A']:.2f}, B {weights['B']:.2f}.\n{verdict_line(pick, sigmoid(abs(margin)))}"
