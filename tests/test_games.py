@@ -24,7 +24,7 @@ from tests.paths import CLEMBENCH_SAMPLE as FIXTURES
 
 GAMES = games.BUILTIN_GAMES
 WORDLE_SCORES = {1: 100, 2: 100, 3: 100, 4: 50, 5: 30, 6: 20}
-READING_GAMES = ("debate", "consultancy")  # prompts carry a passage (debate and consultancy: tests/test_debate.py)
+READING_GAMES = ("debate", "consultancy", "double_consultancy")  # prompts carry a passage (tests/test_debate.py)
 
 
 def rows(game: str, split: str = "validation") -> list[dict]:
