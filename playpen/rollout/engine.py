@@ -44,11 +44,11 @@ from clemcore.clemgame import recorder as clemcore_recorder
 from playpen.errors import PlaypenError
 from playpen.rollout.episode import (GAME_ENDED_CONTEXT, BranchInfo, Conversation, Episode, idle_trace,
                                      reward_from)
-from playpen.rollout.generation import generate
+from playpen.rollout.generation import generate_groups
 from playpen.games.instances import game_entry, load_benchmark, normalize
 from playpen.records import EpisodeRecord, RecordWriter, model_identifier, preferred_name
 from playpen.rollout.live import Job, LiveEpisode, PlaySession, Snapshot
-from playpen.rollout.policy import LocalPolicy, PolicyModel, clean_reply
+from playpen.rollout.policy import LocalPolicy, PolicyModel, clean_reply, partner_model
 
 # clemcore's recorder reads clemcore's version from the package metadata for every episode (~1 ms, 2 % of a
 # playpen-tiny GRPO step); the version cannot change while we run.
@@ -77,7 +77,7 @@ class RolloutEngine:
         self.progress, self.kv_cache, self.learner_seat = progress, kv_cache, learner_seat
         self.teacher_seats = None if teacher_seats is None else sorted(set(teacher_seats))
         self.teacher_temperature = self.temperature if teacher_temperature is None else float(teacher_temperature)
-        self.teacher = self._teacher_model(teacher)
+        self.teacher = partner_model(teacher, self.max_new_tokens, self.teacher_temperature)
         self._rng = random.Random(seed)
         self._seed = seed
         self._generators: dict[int, torch.Generator] = {}  # per policy, on its device; kept across plays
@@ -141,26 +141,6 @@ class RolloutEngine:
             self._close(session)
 
     # ------------------------------------------------------------ setup
-
-    def _teacher_model(self, teacher):
-        if teacher is None:
-            return None
-        if isinstance(teacher, LocalPolicy):
-            return PolicyModel(teacher, self.max_new_tokens, self.teacher_temperature)
-        if isinstance(teacher, str):
-            if teacher in backends.ModelSpec.PROGRAMMATIC_SPECS:
-                return backends.CustomResponseModel()
-            from playpen.models import service
-
-            return service.load_player(service.resolve(teacher, "teacher"), self.max_new_tokens,
-                                       self.teacher_temperature)
-        if isinstance(teacher, backends.Model):
-            if "max_tokens" not in teacher.gen_args or "temperature" not in teacher.gen_args:
-                teacher.set_gen_args(**{"max_tokens": self.max_new_tokens, "temperature": self.teacher_temperature,
-                                        **teacher.gen_args})
-            return teacher
-        raise PlaypenError(f"teacher must be None, a LocalPolicy, a clemcore Model or a model name "
-                           f"(got {type(teacher).__name__})")
 
     def _session(self, game, records_dir, records_tag) -> PlaySession:
         entry = game_entry(game)
@@ -315,15 +295,9 @@ class RolloutEngine:
             seq, n = conv.prepare(perspective), candidates(player)
             temperature = default if n == 1 else float(getattr(player, "candidate_temperature", None) or default)
             requests.append((item, conv, player, [seq] + [seq.copy() for _ in range(n - 1)], temperature))
-        outs: dict[int, list] = {}
-        prefix_cache = session.prefix_caches.setdefault(id(policy), {})
-        for temperature in dict.fromkeys(r[4] for r in requests):  # one generation per temperature
-            rows = [(i, seq) for i, r in enumerate(requests) if r[4] == temperature for seq in r[3]]
-            generated = generate(policy, [seq for _, seq in rows], max_new_tokens=self.max_new_tokens,
-                                 temperature=temperature, generator=self._generator_for(policy),
-                                 keep_cache=self.kv_cache, prefix_cache=prefix_cache)
-            for (i, _), out in zip(rows, generated):
-                outs.setdefault(i, []).append(out)
+        outs = generate_groups(policy, [r[3] for r in requests], [r[4] for r in requests],
+                               max_new_tokens=self.max_new_tokens, generator=self._generator_for(policy),
+                               keep_cache=self.kv_cache, prefix_cache=session.prefix_caches.setdefault(id(policy), {}))
         for i, (item, conv, player, seqs, _) in enumerate(requests):
             failed = next((out.error for out in outs[i] if out.error is not None), None)
             if failed is not None:

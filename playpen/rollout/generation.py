@@ -267,3 +267,16 @@ def _wave_reencode(policy, forward, seqs, rows, results, temperature, generator)
     for i in idx:
         seqs[i].ids.extend(results[i].ids)
         seqs[i].drop_cache()
+
+
+def generate_groups(policy, groups: list[list[Sequence]], temperatures: list[float],
+                    **options) -> list[list[Generated]]:
+    """One reply per sequence of each group (a player's candidates share a group), each group at its temperature:
+    groups of the same temperature generate together, in one `generate` call per temperature."""
+    outs: list[list[Generated]] = [[] for _ in groups]
+    for temperature in dict.fromkeys(temperatures):
+        rows = [(i, seq) for i, (group, t) in enumerate(zip(groups, temperatures)) if t == temperature
+                for seq in group]
+        for (i, _), out in zip(rows, generate(policy, [seq for _, seq in rows], temperature=temperature, **options)):
+            outs[i].append(out)
+    return outs

@@ -170,3 +170,27 @@ class PolicyModel(backends.BatchGenerativeModel):
     def generate_batch_response(self, batch_messages: list[list[dict]]) -> list[tuple[Any, Any, str]]:
         texts = self.policy.generate_texts(batch_messages, self.max_tokens, self.temperature)
         return [({"inputs": m}, {"response": t}, t) for m, t in zip(batch_messages, texts)]
+
+
+def partner_model(partner, max_new_tokens: int, temperature: float):
+    """The clemcore Model the engine seats for a partner (its `teacher`): None, a LocalPolicy (a PolicyModel,
+    generated for in the engine's waves), "programmatic" (the games' scripted players), a registered model name
+    or a clemcore Model (given max_tokens and temperature where it has none)."""
+    from playpen.errors import PlaypenError
+
+    if partner is None:
+        return None
+    if isinstance(partner, LocalPolicy):
+        return PolicyModel(partner, max_new_tokens, temperature)
+    if isinstance(partner, str):
+        if partner in backends.ModelSpec.PROGRAMMATIC_SPECS:
+            return backends.CustomResponseModel()
+        from playpen.models import service
+
+        return service.load_player(service.resolve(partner, "teacher"), max_new_tokens, temperature)
+    if isinstance(partner, backends.Model):
+        if "max_tokens" not in partner.gen_args or "temperature" not in partner.gen_args:
+            partner.set_gen_args(**{"max_tokens": max_new_tokens, "temperature": temperature, **partner.gen_args})
+        return partner
+    raise PlaypenError(f"teacher must be None, a LocalPolicy, a clemcore Model or a model name "
+                       f"(got {type(partner).__name__})")
