@@ -174,8 +174,8 @@ def test_choices_become_dpo_pairs_with_both_probabilities(tmp_path, capsys):
 
 
 def test_dpo_round_on_best_of_n_pairs(tmp_path, monkeypatch):
-    """`playpen train dpo pairs=best_of_n best_of_n=...`: each instance played once with a best-of-4 Debater A,
-    every choice whose candidates the judge scored apart is a pair, one DPO step."""
+    """configs/dpo/debate_best_of_n.yaml (pairs: best_of_n): each instance played once with a best-of-4 Debater
+    A, every choice whose candidates the judge scored apart is a pair, one DPO step."""
     from playpen.train import train
     from tests.test_debate import word_problems
 
@@ -183,9 +183,9 @@ def test_dpo_round_on_best_of_n_pairs(tmp_path, monkeypatch):
     file = tmp_path / "word_problems.json"
     file.write_text(json.dumps({"experiments": [{**experiment, "game_instances": instances}]}))
     monkeypatch.chdir(tmp_path)
-    run_ = train("dpo", str(Path(__file__).parents[1] / "configs/dpo/debate_iterative.yaml"), [
+    run_ = train("dpo", str(Path(__file__).parents[1] / "configs/dpo/debate_best_of_n.yaml"), [
         f"storage_root={tmp_path / 'runs'}", "cpu_threads=1", f"split={file}", "instances=8", "iterations=1",
-        "pairs=best_of_n", "best_of_n={n: 4, chooser: judge}", "max_new_tokens=12", "trainer.max_steps=1",
+        "max_new_tokens=12", "trainer.max_steps=1",
         "trainer.per_device_train_batch_size=2"])
     pairs = [json.loads(line) for line in (run_.path / "pairs" / "iter_00.jsonl").read_text().splitlines()]
     assert pairs and all(p["meta"]["chosen_score"] > p["meta"]["rejected_score"] for p in pairs)
@@ -236,3 +236,16 @@ def test_a_tournament_best_of_n_entry_is_checked_before_play(tmp_path, capsys):
         capsys, ["debate", "tournament", str(config), f"output_dir={tmp_path}"])
     assert not (tmp_path / "t").exists()
     assert math.isclose(bon.argmax([None, 0.2, 0.2, None]), 1) and bon.argmax([None, None]) == 0
+
+
+def test_playpen_eval_plays_the_best_of_n_instance_set(tmp_path):
+    """`playpen eval MODEL -g debate --instance_set instances_best_of_n`: Debater A samples four speeches per
+    turn and the judge (here playpen-tiny itself, which never gives a verdict line) chooses; all four are kept."""
+    from playpen.cli import main
+
+    assert main(["eval", "playpen-tiny", "-g", "debate", "--instance_set", "instances_best_of_n", "--instances", "1",
+                 "-L", "12", "-r", str(tmp_path)]) == 0
+    (file,) = tmp_path.rglob("interactions.json")
+    (note,) = choices(json.loads(file.read_text()))[:1]
+    assert len(note["candidates"]) == 4 and note["speaker"] == "A"
+    assert all(c["score"] is None for c in note["candidates"]) and note["chosen"] == 0  # no verdict: no score

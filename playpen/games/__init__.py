@@ -2,8 +2,8 @@
 in/instances.json = validation, in/instances_train.json = train) that `clem run` can play too.
 
 - `wordle`, `taboo`, `referencegame`: interactive games ("benchmark": ["playpen"]), counted in clemscore;
-- `debate`, `consultancy`: reading comprehension argued before a judge who cannot see the passage (three and two
-  seats; see debate/README.md), counted in clemscore;
+- `debate`, `consultancy`, `double_consultancy`: reading comprehension argued before a judge who cannot see the
+  passage (three, two and three seats; see debate/README.md), counted in clemscore;
 - `arithmetic`: a static game ("benchmark": ["static"]), counted in statscore.
 
 Which game a name means (built-ins, or a registered clembench's game of the same name) is playpen.games.registry's
