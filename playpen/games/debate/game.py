@@ -106,8 +106,8 @@ class Judge(ExpertPlayer):
 
 class SpeechChooser:
     """An advocate's way to its game master's `choose_speech`. An object, not a closure: when the engine copies
-    a game (branching), the copied advocate must reach the copied game master, and deepcopy copies an object's
-    reference to the game it belongs to but not a function's."""
+    a game (branching), deepcopy follows an object's attributes, so the copied advocate reaches the copied game
+    master, but keeps a function as it is (a closure would reach the original one)."""
 
     def __init__(self, game: "AdvocacyGame", who: str):
         self.game, self.who = game, who
