@@ -10,14 +10,13 @@ temperature), prints both and plots them beside the learning curve.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 
 from playpen.config import packaged_configs
 from playpen.errors import PlaypenError
-from playpen.storage import RunDir, atomic_write_json
+from playpen.storage import RunDir, atomic_write_json, write_figure
 
 PLOT_FILE = "demo_eval.png"
 
@@ -71,7 +70,7 @@ def plot(results: dict, out: Path) -> None:
         ax.set_title(f"{title} (validation)")
     fig.suptitle("untrained vs trained, playpen eval (error bars: s.e. over sampling seeds)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    write_figure(out, fig, dpi=120)
     plt.close(fig)
 
 
@@ -92,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
     if args.samples < 1:
         raise PlaypenError(f"--samples must be >= 1, got {args.samples}")
     run, cfg = run_dir_for(args.method, args.config, args.overrides)
-    trained = json.loads((run.path / "model_registry.json").read_text())[-1]["model_name"]
+    trained = run.model_name  # (the one name its model_registry.json may define)
     # greedy is clemscore's protocol (one play per instance); the rollout temperature shows what RL changed
     # in the sampled policy, played `samples` times per instance so that a difference is not sampling noise
     temperatures = sorted({0.0, float(cfg.validation_temperature or 0.0)})

@@ -11,12 +11,13 @@ Two views, written to <run>/debate_curve.json and <run>/debate_curve.png:
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
+from playpen.config import load_yaml
 from playpen.errors import PlaypenError
 from playpen.debate.records import mean
+from playpen.storage import atomic_write_json, write_figure
 
 
 def round_rows(run: Path) -> list[dict]:
@@ -101,18 +102,16 @@ def plot(curve: dict, out: Path) -> Path:
         ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(f"debate: Debater A vs the expert, programmatic judge: {curve['run']}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    write_figure(out, fig, dpi=100)
     plt.close(fig)
     return out
 
 
 def curve(run_dir: str | Path, instances: int | None = 30, temperature: float = 0.0, log=print) -> dict:
-    import yaml
-
     run = Path(run_dir)
     if not (run / "config.yaml").is_file():
         raise PlaypenError(f"{run} is not a training run folder (no config.yaml)")
-    config = yaml.safe_load((run / "config.yaml").read_text())
+    config = load_yaml(run / "config.yaml", "run config")
     game = config.get("game")
     if game not in ("debate", "consultancy"):
         raise PlaypenError(f"{run} trained on {game!r}, not debate or consultancy")
@@ -128,7 +127,7 @@ def curve(run_dir: str | Path, instances: int | None = 30, temperature: float = 
         held.append({"policy": label, **result})
     out = {"run": f"{run.parent.name}/{run.name}", "temperature": temperature, "held_out": held,
            "rounds": round_rows(run)}
-    (run / "debate_curve.json").write_text(json.dumps(out, indent=2))
+    atomic_write_json(run / "debate_curve.json", out)
     plot(out, run / "debate_curve.png")
     return out
 

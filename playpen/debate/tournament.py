@@ -14,7 +14,6 @@ only the new matches play). Matches write disjoint record folders, so array task
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import sys
 from dataclasses import dataclass, field
@@ -23,7 +22,8 @@ from pathlib import Path
 from playpen.debate.records import Episode, episodes_under, mean
 from playpen.defaults import BATCH_SIZE, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
-from playpen.storage import Location, Name, atomic_write_json, exclusive_folder, path_under, slug_joined
+from playpen.storage import (Location, Name, atomic_write_json, atomic_write_text, exclusive_folder, make_folder,
+                             path_under, private_folder, read_json_or_none, replace_folder, slug_joined, write_figure)
 
 PROGRAMMATIC = "programmatic"  # the expert advocate in an advocate's seat, the programmatic judge in the judge's
 
@@ -101,8 +101,8 @@ def pending_matches(cfg: TournamentConfig) -> list[tuple[str, ...]]:
     _, pairs = _instances(cfg)
     pending = []
     for seating in matches(cfg):
-        marker = _played_marker(cfg, seating)
-        done = json.loads(marker.read_text()) if marker.is_file() else {}
+        done = read_json_or_none(_played_marker(cfg, seating))
+        done = done if isinstance(done, dict) else {}
         if done.get("episodes") != len(pairs) or done.get("instances") != cfg.instances:
             pending.append(seating)
     return pending
@@ -115,20 +115,26 @@ def play_match(cfg: TournamentConfig, seating: tuple[str, ...], cache: dict) -> 
     from playpen.eval.evaluation import clemcore_play, score_game
 
     entry, pairs = _instances(cfg)
-    records = tournament_dir(cfg) / "records"
+    folder = tournament_dir(cfg)
+    records = make_folder(folder / "records", "tournament folder", root=folder)
     marker = _played_marker(cfg, seating)
+    make_folder(marker.parent, "tournament folder", root=folder)
     # one process per match: two would write the same episode folders (array tasks share the tournament folder)
     with exclusive_folder(marker.parent, f"match {' vs '.join(seating)} of tournament {cfg.name} is being played "
                           f"by another process", "wait for it to end", lock_file=f".{marker.stem}.lock"):
         models = [_model(name, cache, cfg) for name in seating]
-        folder = records / Model.to_identifier(models) / entry.name
-        failed = clemcore_play(entry, pairs, models, records, cfg.batch_size)
-        if failed:  # some episodes raised: the others are recorded
-            print(f"[tournament] {' vs '.join(seating)}: {failed}", file=sys.stderr)
-        score_game(entry, folder)
+        match = Path(Model.to_identifier(models)) / entry.name
+        # clemcore writes its records by name: into a private folder, which then replaces the match's records
+        with private_folder(records, ".playing.") as staging:
+            failed = clemcore_play(entry, pairs, models, staging, cfg.batch_size)
+            if failed:  # some episodes raised: the others are recorded
+                print(f"[tournament] {' vs '.join(seating)}: {failed}", file=sys.stderr)
+            make_folder(staging / match, "records folder", root=staging)
+            score_game(entry, staging / match)
+            replace_folder(staging / match, records / match, records)
         atomic_write_json(marker, {"seating": seating, "episodes": len(pairs), "instances": cfg.instances,
-                                   "records": str(folder)})
-    return folder
+                                   "records": str(records / match)}, root=folder)
+    return records / match
 
 
 # ---------------------------------------------------------------- results
@@ -245,8 +251,7 @@ def heatmap(summary: dict, rows: list[dict], out: Path) -> Path:
     ax.set_yticks(range(len(names)), names)
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
+    write_figure(out, fig, dpi=100)
     plt.close(fig)
     return out
 
@@ -259,7 +264,7 @@ def aggregate(cfg: TournamentConfig) -> dict:
         raise PlaypenError(f"tournament {cfg.name}: no recorded episode under {folder / 'records'}")
     summary = summarize(rows, cfg.game)
     atomic_write_json(folder / "matches.json", rows)
-    (folder / "results.md").write_text(results_markdown(cfg.name, summary))
+    atomic_write_text(folder / "results.md", results_markdown(cfg.name, summary))
     heatmap(summary, rows, folder / "heatmap.png")
     return {"dir": str(folder), **summary}
 
@@ -282,8 +287,9 @@ def add_arguments(parser) -> None:
 def main(args) -> int:
     from playpen.config import load_config
 
-    result = run(load_config(TournamentConfig, args.config, list(args.overrides)), args.config)
-    print((Path(result["dir"]) / "results.md").read_text())
+    cfg = load_config(TournamentConfig, args.config, list(args.overrides))
+    result = run(cfg, args.config)
+    print(results_markdown(cfg.name, result))
     return 0
 
 

@@ -32,7 +32,7 @@ from playpen.eval.cells import (CELLS_DIR, RESULT_FILE, STATE_FILE, STATES, SWEE
                                 _read, cell_state, headline, run_cell)
 from playpen.defaults import BATCH_SIZE, EVAL_BOUNDS, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.storage import (DEFAULT_STORAGE, STORAGE_ENV, Location, Name, atomic_write_json, check_name,
-                             checkpoint_step, checkpoints_in, not_a_link, path_under, slug, slug_joined)
+                             checkpoint_step, checkpoints_in, make_folder, not_a_link, path_under, slug, slug_joined)
 
 
 # ---------------------------------------------------------------- the YAML file
@@ -180,10 +180,9 @@ class Sweep:
     def write_manifest(self) -> Path:
         """sweep.json: what status/aggregate/run_cell read; rewritten on every (re)submission."""
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise PlaypenError(f"sweep dir {self.dir} cannot be created ({e.strerror}); set output_dir or "
-                               f"storage_root to a writable folder") from None
+            make_folder(self.dir, "sweep folder")
+        except PlaypenError as e:
+            raise PlaypenError(f"{e}; set output_dir or storage_root to a writable folder") from None
         return atomic_write_json(self.dir / SWEEP_FILE, {
             "name": self.config.name, "source": self.source, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "config": asdict(self.config), "cells": [asdict(c) for c in self.cells]})

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import time
@@ -26,7 +27,7 @@ from pathlib import Path
 from playpen.config import renamed
 from playpen.defaults import add_max_new_tokens
 from playpen.errors import PlaypenError
-from playpen.storage import check_location, exclusive_folder, not_a_link, slug, timestamp
+from playpen.storage import check_location, exclusive_folder, make_folder, not_a_link, slug, timestamp, write_figure
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -137,14 +138,12 @@ def _write_model(folder: Path, name: str, prompts, rows, scores, summary) -> Non
     from playpen.storage import atomic_write_json, atomic_write_text
 
     stem = slug(name)
-    csv_path = folder / f"{stem}.completions.csv"
-    tmp = csv_path.with_name(f".{csv_path.name}.tmp")
-    with tmp.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["prompt_index", "sample", "prompt", "completion", "score"])
-        for (p, k, text), score in zip(rows, scores):
-            writer.writerow([p, k, prompts[p][-1]["content"], text, f"{score:.6g}"])
-    tmp.replace(csv_path)
+    table = io.StringIO(newline="")
+    writer = csv.writer(table)
+    writer.writerow(["prompt_index", "sample", "prompt", "completion", "score"])
+    for (p, k, text), score in zip(rows, scores):
+        writer.writerow([p, k, prompts[p][-1]["content"], text, f"{score:.6g}"])
+    atomic_write_text(folder / f"{stem}.completions.csv", table.getvalue())
     atomic_write_json(folder / f"{stem}.summary.json", summary)
     atomic_write_text(folder / f"{stem}.labelled.jsonl", "".join(
         json.dumps({"prompt": prompts[p], "text": text, "label": score}, ensure_ascii=False) + "\n"
@@ -181,10 +180,8 @@ def plot_histogram(results: list[tuple[str, list[float], dict]], out: Path, titl
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
+    write_figure(out, fig, dpi=100)
     plt.close(fig)
-    tmp.replace(out)
     return out
 
 
@@ -206,7 +203,7 @@ def meter_specs(args: argparse.Namespace, prompts: list, models: list[tuple[str,
     from playpen.reward.scorers import load_scorer
     from playpen.storage import atomic_write_json
 
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder, "meter folder")
     scorer = load_scorer(scorer_spec)
     threshold = scorer_spec.threshold if args.threshold is None else args.threshold
     results = []

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from playpen.config import packaged_configs
 from playpen.errors import PlaypenError
-from playpen.storage import timestamp
+from playpen.storage import make_folder, timestamp
 from playpen.submit import executor as exe
 from playpen.submit import status
 from playpen.submit.plans import Plan, plan_eval, plan_meter, plan_sweep, plan_tournament, plan_train
@@ -154,8 +154,7 @@ def submit(args: argparse.Namespace) -> int:
 def send(args: argparse.Namespace, kind: str, profile: ClusterProfile, res: exe.Resources, plan: Plan,
          ex) -> tuple[status.Submission, list]:
     """Submit from a clean environment and record the submission next to the results."""
-    folder = ex.folder
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_folder(ex.folder, "job log folder")
     after = []
     with exe.submission_env(profile, kind, plan.storage_root, folder / "local-controller.log"):
         if plan.array is None:

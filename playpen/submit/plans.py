@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from playpen.config import config_file, load_config
+from playpen.config import config_file, load_config, read_text
 from playpen.errors import PlaypenError
 from playpen.storage import (DEFAULT_STORAGE, STORAGE_ENV, RunDir, check_location, not_a_link, path_under,
                              resolve_storage_root, slug, slug_joined, timestamp)
@@ -162,4 +162,4 @@ def plan_tournament(args: argparse.Namespace, profile: ClusterProfile, config: s
     job = jobs.TournamentMatchesJob(asdict(cfg), str(status.log_dir(folder)), profile.max_requeues,
                                     use_gpus=res.gpus_per_node > 0, aggregate=kind == "local")
     return Plan("tournament", folder, root, job, array, aggregate=(jobs.aggregate_tournament, asdict(cfg)),
-                report=lambda: (folder / "results.md").read_text())
+                report=lambda: read_text(folder / "results.md", "tournament results"))

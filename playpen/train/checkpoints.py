@@ -133,8 +133,9 @@ class CheckpointAsFinal:
             return
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
-        for path in sorted(self.checkpoint.iterdir()):
-            if path.is_file() and path.name not in TRAINING_STATE and not path.name.startswith("rng_state"):
+        for path in sorted(self.checkpoint.iterdir()):  # (a link there is not the run's: never copied)
+            if path.is_file() and not path.is_symlink() and path.name not in TRAINING_STATE \
+                    and not path.name.startswith("rng_state"):
                 shutil.copy2(path, out / path.name)
 
 

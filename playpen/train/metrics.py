@@ -11,7 +11,7 @@ import math
 import time
 from pathlib import Path
 
-from playpen.storage import append_jsonl, read_jsonl
+from playpen.storage import append_jsonl, read_jsonl, write_figure
 
 CURVE_FILE = "learning_curve.png"
 
@@ -186,9 +186,6 @@ def plot_curve(metrics_file: Path, out: Path, title: str = "") -> Path | None:
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
+    write_figure(out, fig, dpi=100)
     plt.close(fig)
-    tmp.replace(out)
     return out

@@ -103,6 +103,7 @@ class Session:
     resume: Path | None = None
     state: dict = field(default_factory=dict)
     config_changes: dict = field(default_factory=dict)  # {key: (old, new)} allowed by allow_config_change
+    final_files: dict = field(default_factory=dict)  # {file name: JSON value} the recipe adds to final/
     _bf16: bool | None = None  # autocast_bf16(), decided once
 
     @property

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from playpen.storage import atomic_write_json
+from playpen.storage import atomic_write_json, replace_folder, staging_folder
 from playpen.train.metrics import CURVE_FILE, plot_curve
 from playpen.train.recipe import Session
 from playpen.train.reruns import FINAL_DIR, FINISHED_FILE, REGISTRY_FILE
@@ -42,10 +42,15 @@ def finish(session: Session, trainer) -> None:
 
     run = session.run
     final_dir = run.path / FINAL_DIR
-    trainer.save_model(str(final_dir))  # collective under DeepSpeed; writes on rank 0
+    # the libraries write the model's files by name: into a private folder, which then replaces final/ whole
+    staged = staging_folder(final_dir, run.path, create=session.is_main)
+    trainer.save_model(str(staged))  # collective under DeepSpeed; writes on rank 0
     if not session.is_main:
         return
-    session.tokenizer.save_pretrained(str(final_dir))
+    session.tokenizer.save_pretrained(str(staged))
+    for name, content in session.final_files.items():
+        atomic_write_json(staged / name, content)
+    replace_folder(staged, final_dir, run.path)
     adapter = (final_dir / "adapter_config.json").is_file()
     plot_curve(run.metrics, run.path / CURVE_FILE, title=f"{session.recipe.name}: {run.name}")
     name = None

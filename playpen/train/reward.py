@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from pathlib import Path
 
 from playpen.config import bounded
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json
 from playpen.models import modeling
 from playpen.train.recipe import Recipe, Session, TrainConfig
-from playpen.train.reruns import FINAL_DIR
 
 EVAL_FILE = "reward_eval.json"
 
@@ -120,9 +118,7 @@ class Reward(Recipe):
                           loss=metrics.get("eval_loss"))
         if session.is_main:
             atomic_write_json(run.path / EVAL_FILE, result)
-            final = Path(run.path / FINAL_DIR)
-            final.mkdir(parents=True, exist_ok=True)  # the runner saves the model beside it
-            atomic_write_json(final / FORMAT_FILE, {"format": result["format"], "num_labels": 1})
+            session.final_files[FORMAT_FILE] = {"format": result["format"], "num_labels": 1}  # saved with the model
             if held_out:
                 print(f"[playpen] reward model: held-out accuracy {result['accuracy']:.3f} on {len(held_out)} pairs "
                       f"(mean margin {result['margin']:.3f}; {run.path / EVAL_FILE})", flush=True)
