@@ -14,9 +14,12 @@ SEED = 0
 
 # The ranges of evaluate()'s numeric arguments, wherever they come from: `playpen eval`'s flags, `submit eval`
 # specs (playpen.submit.jobs.EvalSpec), sweep files (playpen.eval.sweep) and `playpen run`'s -L/-T.
+# Upper bounds are far above any real setting; past them a value is a typo that would exhaust memory or fail deep
+# inside a library (numpy takes seeds below 2^32).
+MAX_SEED = 2**32 - 1
 EVAL_BOUNDS = {
-    "max_new_tokens": Bounds(ge=1), "temperature": Bounds(ge=0, hint="0 is greedy"), "instances": Bounds(ge=1),
-    "batch_size": Bounds(ge=1), "seed": Bounds(ge=0),
+    "max_new_tokens": Bounds(ge=1, le=1 << 17), "temperature": Bounds(ge=0, le=100, hint="0 is greedy"),
+    "instances": Bounds(ge=1, le=10**7), "batch_size": Bounds(ge=1, le=1 << 16), "seed": Bounds(ge=0, le=MAX_SEED),
 }
 FLAGS = {"max_new_tokens": "-L/--max-new-tokens", "temperature": "-T/--temperature", "instances": "--instances",
          "batch_size": "-b/--batch_size", "seed": "--seed"}

@@ -607,4 +607,8 @@ class RunDir:
         """<storage_root>/<experiment>/<run_id>, by `path_under`: safe names, no link followed, inside the root."""
         run_id = check_name(run_id or new_run_id(), "run_id")
         check_name(experiment, "experiment")
+        model_name = f"{experiment}-{run_id}"
+        if "--" in model_name or not is_safe_name(model_name):  # (`a--b`: model a's results with partner b)
+            raise PlaypenError(f"experiment and run_id make the model name {model_name!r}, which names results "
+                               f"folders and must be {NAME_RULE} without '--'; shorten or rename them")
         return cls(path_under(resolve_storage_root(storage_root), experiment, run_id, what="run folder"))

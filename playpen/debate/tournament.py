@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from playpen.debate.records import Episode, episodes_under, mean
-from playpen.defaults import BATCH_SIZE, MAX_NEW_TOKENS, TEMPERATURE
+from playpen.defaults import BATCH_SIZE, EVAL_BOUNDS, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
 from playpen.storage import (Location, Name, atomic_write_json, atomic_write_text, exclusive_folder, make_folder,
                              path_under, private_folder, read_json_or_none, replace_folder, slug_joined, write_figure)
@@ -35,11 +35,11 @@ class TournamentConfig:
     judges: list[str] = field(default_factory=list)
     game: str = "debate"                 # or consultancy
     instances: str = "validation"        # instance set (validation: every seat is the model given for it)
-    max_instances: int | None = 6        # per match, spread over experiments
+    max_instances: int | None = EVAL_BOUNDS["instances"].field(6)  # per match, spread over experiments
     self_play: bool = False              # debate: also each debater against itself
-    max_new_tokens: int = MAX_NEW_TOKENS
-    temperature: float = TEMPERATURE
-    batch_size: int = BATCH_SIZE
+    max_new_tokens: int = EVAL_BOUNDS["max_new_tokens"].field(MAX_NEW_TOKENS)
+    temperature: float = EVAL_BOUNDS["temperature"].field(TEMPERATURE)
+    batch_size: int = EVAL_BOUNDS["batch_size"].field(BATCH_SIZE)
     output_dir: Location = "runs/tournaments"  # the tournament folder is <output_dir>/<name>
 
 

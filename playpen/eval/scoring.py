@@ -15,7 +15,6 @@ clemcore 3.7 (`<model>/<game>/<experiment>/instance_NNNNN/scores.json`) and clem
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,6 +22,8 @@ from typing import Iterable
 
 import numpy as np
 
+from playpen.config import DATA_MAX_BYTES, read_json
+from playpen.errors import PlaypenError
 from playpen.games.scores import ABORTED, LOSE, SUCCESS, main_score
 from playpen.records import episode_location
 
@@ -76,7 +77,9 @@ def _nanmean(values: Iterable[float]) -> float:
 
 def read_scores_file(path: str | Path) -> dict:
     """The episode-scores block of one scores.json (Python's json accepts clemcore's bare NaN)."""
-    data = json.loads(Path(path).read_text())
+    data = read_json(path, "scores file", DATA_MAX_BYTES)
+    if not isinstance(data, dict) or not isinstance(data.get("episode scores"), dict):
+        raise PlaypenError(f"{path}: no 'episode scores' mapping (not a clemcore scores.json); remove it")
     return data["episode scores"]
 
 

@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from playpen.config import read_json
 from playpen.errors import PlaypenError
 from playpen.storage import NAME_RULE, is_safe_name
 
@@ -81,12 +82,7 @@ def is_static(spec) -> bool:
 # ---------------------------------------------------------------- finding games
 
 def _read_json(path: Path) -> object:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise PlaypenError(f"{path}:{e.lineno}:{e.colno}: malformed JSON: {e.msg}") from None
-    except OSError as e:
-        raise PlaypenError(f"{path}: cannot be read ({e.strerror})") from None
+    return read_json(path, "game file")
 
 
 def _checked_spec(spec: object, where: str) -> dict:

@@ -24,8 +24,8 @@ import math
 import time
 from pathlib import Path
 
-from playpen.config import renamed
-from playpen.defaults import add_max_new_tokens
+from playpen.config import Bounds, renamed
+from playpen.defaults import EVAL_BOUNDS, add_max_new_tokens
 from playpen.errors import PlaypenError
 from playpen.storage import check_location, exclusive_folder, make_folder, not_a_link, slug, timestamp, write_figure
 
@@ -53,12 +53,13 @@ def check_settings(args: argparse.Namespace):
     from playpen.reward.prompts import read_prompts
     from playpen.reward.scorers import resolve_scorer
 
-    for flag, value, low in (("-n", args.samples, 1), ("--max-new-tokens", args.max_new_tokens, 1),
-                             ("--batch-size", args.batch_size, 1)):
-        if value < low:
-            raise PlaypenError(f"{flag} must be >= {low}, got {value}")
-    if args.temperature < 0:
-        raise PlaypenError(f"--temperature must be >= 0, got {args.temperature}")
+    for flag, value, bounds in (("-n", args.samples, Bounds(ge=1, le=10_000)),
+                                ("--max-new-tokens", args.max_new_tokens, EVAL_BOUNDS["max_new_tokens"]),
+                                ("--batch-size", args.batch_size, EVAL_BOUNDS["batch_size"]),
+                                ("--temperature", args.temperature, EVAL_BOUNDS["temperature"]),
+                                ("--seed", args.seed, EVAL_BOUNDS["seed"]), ("--limit", args.limit, Bounds(ge=1)),
+                                ("--threshold", args.threshold, Bounds())):
+        bounds.check(value, flag)
     if args.output is not None:  # (the folder reaches a job's script and is written into)
         not_a_link(Path(check_location(str(args.output), "--output")), "--output")
     if args.output is not None and args.output.exists() and not args.output.is_dir():

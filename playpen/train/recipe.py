@@ -9,6 +9,7 @@ from typing import Any
 
 from playpen import distributed
 from playpen.config import bounded
+from playpen.defaults import MAX_SEED
 from playpen.models import modeling
 from playpen.storage import Location, Name, RunDir
 from playpen.train import trl_args
@@ -24,7 +25,7 @@ class TrainConfig:
     model: str = "playpen-tiny"          # registry name (`playpen list models`) or a local Hugging Face folder
     run_id: Name | None = None           # default: <method>-<hash of this config>, so a rerun resumes
     storage_root: Location | None = None  # default: $PLAYPEN_STORAGE, else ./runs
-    seed: int = bounded(42, ge=0)     # numpy and torch take seeds >= 0
+    seed: int = bounded(42, ge=0, le=MAX_SEED)  # numpy takes seeds in [0, 2^32)
     lora: dict | None = field(default_factory=dict)  # LoraConfig keys over the seed default; null = full weights
     quantization: str | None = None      # null | 4bit | 8bit (bitsandbytes; QLoRA with lora)
     dtype: str = "auto"                  # auto | float32 | bfloat16 | float16 (weights as loaded)
@@ -32,7 +33,7 @@ class TrainConfig:
     register: bool = True                # write <run>/model_registry.json for `playpen eval`
     allow_config_change: bool = False    # rerun an existing run id with other values (e.g. more max_steps);
                                          # refused without it, so one run never mixes two configs
-    cpu_threads: int | None = bounded(None, ge=1)  # CPU only: torch intra-op threads (1 is fastest for tiny
+    cpu_threads: int | None = bounded(None, ge=1, le=4096)  # CPU only: torch intra-op threads (1 is fastest for tiny
                                          # models on a busy machine); null = torch's default
     trainer: dict = field(default_factory=dict)  # the TRL config's own keys (max_steps, learning_rate, ...)
 

@@ -20,7 +20,7 @@ def registry_entry(session: Session, final_dir: Path, adapter: bool) -> dict:
     raw = service.registered_entry(session.cfg.model)
     if raw and "{" in str(raw.get("huggingface_id", "")):  # a placeholder such as {playpen_models}
         spec["huggingface_id"] = raw["huggingface_id"]  # stays valid on other machines / containers
-    name = f"{session.cfg.experiment}-{session.run.path.name}"
+    name = session.run.model_name
     model_config = dict(spec.get("model_config") or {})
     if adapter:
         model_config["peft_model"] = str(final_dir.absolute())

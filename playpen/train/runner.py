@@ -31,7 +31,7 @@ from playpen.errors import PlaypenError
 from playpen.models import modeling, service
 from playpen.storage import RunDir, checkpoints_in, storage_full
 from playpen.train import METHODS, trl_args
-from playpen.train.checkpoints import CheckpointAsFinal, load_state
+from playpen.train.checkpoints import CheckpointAsFinal, check_fits, load_state
 from playpen.train.process import close_progress_bars, quiet_libraries, set_threads, teardown_distributed
 from playpen.train.recipe import Recipe, Session
 from playpen.train.registration import finish
@@ -81,6 +81,8 @@ def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
             print(already_complete(recipe, cfg, run_dir, finished), flush=True)
         return run_dir
     resume, reached = recipe.find_resume(cfg, run_dir)
+    if resume is not None:  # (one copied from another run would become this run's model)
+        check_fits(resume, recipe.planned_steps(cfg), cfg.lora, spec)
     quiet_libraries()
     if resume is not None and recipe.finishes_from_checkpoint and 0 < recipe.planned_steps(cfg) <= reached:
         _finish_from_checkpoint(Session(recipe, cfg, where, run_dir, spec, deepspeed, resume=resume,
