@@ -49,21 +49,22 @@ class Bounds:
             raise PlaypenError(f"{where}: expected a number, got {value!r}")
         if not math.isfinite(value):
             raise PlaypenError(f"{where}: must be a finite number, got {value}")
-        if ((self.ge is not None and value < self.ge) or (self.gt is not None and value <= self.gt)
-                or (self.le is not None and value > self.le)):
-            hint = f" ({self.hint})" if self.hint else ""
-            raise PlaypenError(f"{where}: must be {self.allowed()}, got {value}{hint}")
+        hint = f" ({self.hint})" if self.hint else ""
+        if (self.ge is not None and value < self.ge) or (self.gt is not None and value <= self.gt):
+            low = f"at least {_number(self.ge)}" if self.ge is not None else f"greater than {_number(self.gt)}"
+            raise PlaypenError(f"{where}: must be {low}, got {value}{hint}")
+        if self.le is not None and value > self.le:
+            raise PlaypenError(f"{where}: must be at most {_number(self.le)}, got {value}{hint}")
 
-    def allowed(self) -> str:
-        low = f"at least {self.ge:g}" if self.ge is not None else f"greater than {self.gt:g}" \
-            if self.gt is not None else None
-        if low and self.le is not None:
-            return f"{low} and at most {self.le:g}"
-        return low or f"at most {self.le:g}"
 
     def field(self, default: Any = dataclasses.MISSING) -> Any:
         """A dataclass field with these bounds, enforced by `build`."""
         return dataclasses.field(default=default, metadata={BOUNDS: self})
+
+
+def _number(value: float) -> str:
+    """A bound as written: 4294967295, not 4.29497e+09."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def bounded(default: Any = dataclasses.MISSING, *, ge: float | None = None, gt: float | None = None,

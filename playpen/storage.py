@@ -230,11 +230,25 @@ def staging_folder(target: str | Path, root: str | Path, create: bool = True) ->
     return staged
 
 
+def share_as_umask(folder: str | Path) -> None:
+    """Give `folder` and everything in it the modes the umask gives new folders and files: libraries write some
+    files 0600 (safetensors saves through a private temporary file) and mkdtemp makes 0700 folders, which would
+    let teammates resolve a model (`umask 002` for a shared group) but not load it. Links are left alone."""
+    umask = current_umask()
+    for here, folders, files in os.walk(folder):
+        os.chmod(here, 0o777 & ~umask)
+        for name in files:
+            path = os.path.join(here, name)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISREG(mode):
+                os.chmod(path, (0o777 if mode & 0o100 else 0o666) & ~umask)
+
+
 def replace_folder(staged: str | Path, target: str | Path, root: str | Path) -> Path:
-    """Move a folder written in a `private_folder` to `target` (inside `root`), replacing what was there: its
-    mode becomes the one the umask gives folders (mkdtemp's 0700 would hide it from teammates)."""
+    """Move a folder written in a `private_folder` to `target` (inside `root`), replacing what was there; its
+    modes become the umask's (`share_as_umask`)."""
     staged, target = Path(staged), Path(target)
-    os.chmod(staged, 0o777 & ~current_umask())
+    share_as_umask(staged)
     remove_tree(target, root)
     make_folder(target.parent, "folder", root)
     return move_tree(staged, target, root)
@@ -349,6 +363,9 @@ def open_append(path: str | Path, what: str = "file") -> int:
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise PlaypenError(f"{what} {path} is a symbolic link (to {os.readlink(path)}); {LINK_ADVICE}") from None
+        if e.errno == errno.ENXIO:  # (a FIFO without a reader, opened without blocking)
+            raise PlaypenError(f"{what} {path} is not a regular file (a FIFO, device or socket); remove it") \
+                from None
         raise PlaypenError(f"{what} {path} cannot be written ({e.strerror}); pick a writable folder") from None
     try:
         _own_regular_file(fd, path, what)

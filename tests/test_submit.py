@@ -91,7 +91,8 @@ def test_dry_run_prints_the_gpu_cluster_script(tmp_path, monkeypatch, capsys):
 def test_dry_run_gres_and_no_gpu_flags(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", VENV_BIN)
     profile = tmp_path / "typed.yaml"
-    profile.write_text((REPO / "configs/cluster/example_gpu.yaml").read_text() + 'gres: "gpu:a100:4"\n')
+    text = (REPO / "configs/cluster/example_gpu.yaml").read_text()  # (a second gres: key would be refused)
+    profile.write_text(re.sub(r"(?m)^gres:.*$", 'gres: "gpu:a100:4"', text))
     config = write_sft_config(tmp_path)
     assert main(["sft", "--config", str(config), "--cluster", str(profile), "--dry-run"]) == 0
     out = capsys.readouterr().out

@@ -19,7 +19,7 @@ from typing import Callable
 from playpen.config import DATA_MAX_BYTES, read_bytes, read_json
 from playpen.errors import PlaypenError
 from playpen.storage import (atomic_write_json, atomic_write_text, checkpoint_step, checkpoints_in, not_a_link,
-                             read_json_or_none, read_jsonl, remove_tree)
+                             read_json_or_none, read_jsonl, remove_tree, share_as_umask)
 
 STATE_FILE = "playpen_state.json"
 FULL_CHECK_BYTES = 1 << 30  # zip files above this get a structural check only (CRCs of 10s of GB take minutes)
@@ -272,6 +272,7 @@ def _make_resume_state_callback():
             barrier()  # every rank has written its shards
             if state.is_world_process_zero:
                 checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                share_as_umask(checkpoint)  # (safetensors writes 0600: teammates could not load it)
                 atomic_write_json(checkpoint / STATE_FILE,
                                   {"step": state.global_step, "global_step": self.step_offset + state.global_step,
                                    **self.extra()})

@@ -38,8 +38,6 @@ def registry_entry(session: Session, final_dir: Path, adapter: bool) -> dict:
 
 
 def finish(session: Session, trainer) -> None:
-    from playpen.registry import register_model
-
     run = session.run
     final_dir = run.path / FINAL_DIR
     # the libraries write the model's files by name: into a private folder, which then replaces final/ whole
@@ -56,7 +54,7 @@ def finish(session: Session, trainer) -> None:
     name = None
     if session.cfg.register:
         spec = registry_entry(session, final_dir, adapter)
-        register_model(spec, run.path / REGISTRY_FILE)
+        atomic_write_json(run.path / REGISTRY_FILE, [spec])  # (a run's registry holds its own model only)
         name = spec["model_name"]
         print(f"[playpen] registered model {name} in {run.path / REGISTRY_FILE}")
         if session.recipe.next_step:
