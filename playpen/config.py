@@ -93,6 +93,23 @@ def read_bytes(path: str | Path, what: str, limit: int = CONFIG_MAX_BYTES) -> by
     device or a socket (reading those hangs or never ends: a link to /dev/zero), above `limit` bytes, or not
     readable. Opened without blocking, so a FIFO put in the file's place after a check cannot hang the read."""
     path = Path(path).expanduser()
+    fd = _open_regular(path, what, limit)
+    try:
+        chunks, size = [], 0
+        while chunk := os.read(fd, min(1 << 24, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:  # (it grew while being read)
+                raise PlaypenError(f"{what} {path} grew above the {limit >> 20} MiB a {what} may have")
+        return b"".join(chunks)
+    except OSError as e:
+        raise PlaypenError(f"{what} {path} cannot be read ({e.strerror})") from None
+    finally:
+        os.close(fd)
+
+
+def _open_regular(path: Path, what: str, limit: int) -> int:
+    """A descriptor of `path` opened for reading, checked to be a regular file of at most `limit` bytes."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -111,17 +128,16 @@ def read_bytes(path: str | Path, what: str, limit: int = CONFIG_MAX_BYTES) -> by
         if info.st_size > limit:
             raise PlaypenError(f"{what} {path} is {info.st_size} bytes, above the {limit >> 20} MiB a {what} may "
                                f"have; give the right file")
-        chunks, size = [], 0
-        while chunk := os.read(fd, min(1 << 24, limit + 1 - size)):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:  # (it grew while being read)
-                raise PlaypenError(f"{what} {path} grew above the {limit >> 20} MiB a {what} may have")
-        return b"".join(chunks)
-    except OSError as e:
-        raise PlaypenError(f"{what} {path} cannot be read ({e.strerror})") from None
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
+
+
+def check_regular_file(path: str | Path, what: str, limit: int = CONFIG_MAX_BYTES) -> None:
+    """`read_bytes`'s checks without reading: for files a library opens by name after playpen (clemcore's
+    key.json and registries), where a FIFO would block the library's plain open() forever."""
+    os.close(_open_regular(Path(path).expanduser(), what, limit))
 
 
 def read_text(path: str | Path, what: str, limit: int = CONFIG_MAX_BYTES) -> str:

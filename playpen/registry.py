@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from playpen.config import read_json, read_text
+from playpen.config import check_regular_file, read_json, read_text
 from playpen.errors import PlaypenError
 from playpen.storage import NAME_RULE, is_run_dir, is_safe_name
 
@@ -80,6 +80,17 @@ def _entry_problem(spec: dict) -> str | None:
     if spec["backend"] == "huggingface_local" and not spec.get("huggingface_id"):
         return "uses backend huggingface_local and needs 'huggingface_id' (a hub id or a model folder)"
     return None
+
+
+def check_clemcore_files(cwd: Path | None = None) -> None:
+    """The files clemcore opens by name with a plain open() (every backend reads key.json when it loads; its
+    registries are read from the working directory) are regular files or absent: a FIFO or a link to /dev/zero
+    there would hang or exhaust memory inside clemcore. One line naming the file instead."""
+    cwd = cwd or Path.cwd()
+    for path in (cwd / "key.json", Path.home() / ".clemcore" / "key.json", cwd / MODEL_REGISTRY_FILE,
+                 cwd / "game_registry.json"):
+        if os.path.lexists(path) and os.path.exists(path):  # (a dangling link: clemcore's open fails, no hang)
+            check_regular_file(path, "clemcore file")
 
 
 def custom_model_registry(cwd: Path | None = None) -> Path:
@@ -167,8 +178,9 @@ def model_entries(cwd: Path | None = None, storage_root: Path | None = None,
     entry with a name wins. clemcore's are read only when asked for: importing clemcore applies its logging config
     (a ./clembench.log, other libraries' loggers switched off), which a run of playpen's own models need not get."""
     REGISTRY_READS[0] += 1
+    check_clemcore_files(cwd)
     custom = custom_model_registry(cwd)
-    entries = _entries_from(custom, str(custom)) if custom.is_file() else []
+    entries = _entries_from(custom, str(custom)) if os.path.exists(custom) else []
     packaged = _entries_from(PACKAGED_MODELS, "packaged")
     taken = {e.name for e in entries + packaged}
     for registry in run_registries(storage_root):

@@ -3,9 +3,9 @@
 A neighbour with write access to the storage root plants a symbolic link or a hard link to a file of yours
 (`victim`) at a name playpen writes (a lock, a log, a table, metrics, the final model, meter outputs and their
 old temporary names, tournament and sweep files, a folder on the way); afterwards the victim is byte for byte what
-it was, and playpen either replaced the name with a file of its own or stopped in one line. Then the readers: a
-FIFO or a link to /dev/zero where playpen reads a file never hangs, YAML aliases and deep nesting are refused.
-Nothing here loads a model; the eval cases play clemcore's `mock` (a second each)."""
+it was, and playpen either replaced the name with a file of its own or stopped in one line. (The readers' side,
+FIFOs and devices where a file is read, is tests/test_config.py's.) Nothing here loads a model; the eval cases
+play clemcore's `mock` (a second each)."""
 from __future__ import annotations
 
 import json
@@ -19,12 +19,10 @@ import clemcore  # noqa: F401  (importing it opens ./clembench.log: done here, o
 import pytest
 
 from playpen.cli import main
-from playpen.config import load_yaml, parse_json, read_text
 from playpen.errors import PlaypenError
 from playpen.registry import playpen_home
 from playpen.storage import (STALE_TEMP_S, append_jsonl, atomic_write_json, atomic_write_text, check_location,
-                             exclusive_folder, make_folder, open_append, private_folder, read_jsonl,
-                             replace_folder, write_figure)
+                             exclusive_folder, make_folder, open_append, private_folder, read_jsonl, replace_folder)
 
 VICTIM = b"\\documentclass{thesis} the only copy\n"
 LINKS = ("symlink", "hardlink")
@@ -396,56 +394,6 @@ def test_a_sweep_replaces_planted_files_and_refuses_linked_plots(work, victim, k
     with pytest.raises(PlaypenError, match="plots is a symbolic link"):
         aggregate(sweep.dir)
     assert sorted(os.listdir(victim.parent)) == ["thesis.tex"]
-
-
-# ---------------------------------------------------------------- readers: FIFOs, devices, size, YAML
-
-def _special(path: Path, kind: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if kind == "fifo":
-        os.mkfifo(path)
-    else:
-        path.symlink_to("/dev/zero")
-    return path
-
-
-@pytest.mark.parametrize("kind", ["fifo", "devzero"])
-def test_reading_a_fifo_or_a_device_never_blocks(tmp_path, kind):
-    path = _special(tmp_path / "c.yaml", kind)
-    with pytest.raises(PlaypenError, match="is not a regular file"):
-        read_text(path, "config file")
-
-
-def test_a_file_above_its_size_bound_is_refused_unread(tmp_path):
-    path = tmp_path / "c.yaml"
-    with open(path, "wb") as f:
-        f.truncate(64 << 20)  # sparse: nothing is really written
-    with pytest.raises(PlaypenError, match="above the 16 MiB"):
-        read_text(path, "config file")
-
-
-BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(7))
-
-
-@pytest.mark.parametrize("text,message", [
-    (BOMB, "aliases (*a) are not allowed"),
-    ("k: " + "[" * 50_000 + "]" * 50_000, "nested deeper than 64 levels"),
-    ("experiment: x\nexperiment: y\n", "duplicate key 'experiment'"),
-])
-def test_yaml_without_aliases_deep_nesting_or_duplicate_keys(tmp_path, text, message):
-    path = tmp_path / "c.yaml"
-    path.write_text(text)
-    started = time.perf_counter()
-    with pytest.raises(PlaypenError, match=r"c.yaml:\d+:\d+: " + message.replace("(", r"\(").replace(")", r"\)")
-                       .replace("*", r"\*")):
-        load_yaml(path)
-    assert time.perf_counter() - started < 2
-
-
-def test_json_nested_too_deep_is_one_line():
-    with pytest.raises(PlaypenError, match="nested too deep"):
-        parse_json("[" * 100_000 + "]" * 100_000, "rows.json")
 
 
 def test_jsonl_rows_split_at_newlines_only(tmp_path):

@@ -168,7 +168,7 @@ def _builtin_games() -> list[GameEntry]:
 def all_games(cwd: Path | None = None) -> list[GameEntry]:
     """Every game found, in precedence order, duplicates of a name included (the first one wins)."""
     cwd = (cwd or Path.cwd()).resolve()
-    found = _registry_games(cwd / REGISTRY_FILE) if (cwd / REGISTRY_FILE).is_file() else []
+    found = _registry_games(cwd / REGISTRY_FILE) if os.path.exists(cwd / REGISTRY_FILE) else []
     found += games_in_folder(cwd, "working directory")
     home = os.environ.get(CLEMBENCH_HOME)
     if not found and home and Path(home).is_dir():
