@@ -147,3 +147,36 @@ def test_cli(tmp_path, capsys):
     assert err.startswith("playpen: error:") and err.count("\n") == 1
     assert cli(["data", str(FIXTURES), "-o", str(out), "--outcome", "great"]) == 2
     assert "unknown outcome 'great'" in capsys.readouterr().err
+
+
+def test_rows_holding_line_separators_train_as_written(tmp_path):
+    """`playpen data` writes text as it is (ensure_ascii=False): U+2028 and U+0085 inside a reply stay raw, and
+    the training data reader splits rows at newlines only (str.splitlines would cut such a row in two)."""
+    from playpen.data_files import check_messages, read_jsonl_rows
+
+    root = tmp_path / "runs"
+    shutil.copytree(FIXTURES / LLAMA, root / LLAMA)
+    first = sorted(root.rglob("interactions.json"))[0]
+    interactions = json.loads(first.read_text())
+    for events in interactions["turns"]:
+        for event in events:
+            if isinstance(event.get("action", {}).get("content"), str):
+                event["action"]["content"] += " a\u2028b\u0085c"
+    first.write_text(json.dumps(interactions, ensure_ascii=False))
+    out = tmp_path / "d.jsonl"
+    stats = convert(root, out)
+    assert "\u2028" in out.read_text()
+    rows = read_jsonl_rows(str(out), "test", "data", lambda row: check_messages(row["messages"]))
+    assert len(rows) == stats.rows
+
+
+def test_a_fifo_among_the_records_is_skipped_not_waited_for(tmp_path):
+    import os
+
+    root = tmp_path / "runs"
+    shutil.copytree(FIXTURES / LLAMA, root / LLAMA)
+    fifo = root / "m" / "taboo" / "0_x" / "episode_0" / "interactions.json"
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)
+    stats = convert(root, tmp_path / "d.jsonl")
+    assert stats.episodes == 3 and [r for p, r in stats.skipped if p == str(fifo)][0].startswith("unreadable: ")

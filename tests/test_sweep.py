@@ -159,6 +159,26 @@ def test_run_registry_and_final_model(tiny, tmp_path, monkeypatch):
     assert resolve_eval_model(str(run))["model_config"]["peft_model"] == str(run / "checkpoints" / "checkpoint-5")
 
 
+def test_a_cell_whose_process_died_on_this_host_is_failed_at_once(tmp_path):
+    """Killed with -9, a cell's heartbeat is fresh for STALE_AFTER_S more; on the host it ran on, its pid says."""
+    import socket
+
+    from playpen.eval.cells import Cell
+
+    cell = Cell(key="m/wordle", model="m", spec={"model_name": "m"}, game="wordle", game_path="", game_spec={},
+                static=False, instance_set="validation", max_instances=1, max_tokens=8, temperature=0.0,
+                batch_size=1)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    state_file = tmp_path / "cells" / cell.key / "state.json"
+    state_file.parent.mkdir(parents=True)
+    for pid, expected in ((dead.pid, "failed"), (os.getpid(), "running")):
+        state_file.write_text(json.dumps({"state": "running", "host": socket.gethostname(), "pid": pid,
+                                          "heartbeat": time.time(), "fingerprint": cell.fingerprint()}))
+        st = cell_state(tmp_path, cell)
+        assert st["state"] == expected and (expected == "running" or f"pid {dead.pid} on this host" in st["error"])
+
+
 def test_heartbeat_keeps_a_running_cell_alive(tmp_path, monkeypatch):
     from playpen.eval import cells
 
