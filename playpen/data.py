@@ -32,7 +32,7 @@ from pathlib import Path
 from playpen import records
 from playpen.errors import PlaypenError
 from playpen.games.scores import main_score
-from playpen.config import DATA_MAX_BYTES, read_bytes
+from playpen.reading import DATA_MAX_BYTES, read_bytes
 from playpen.storage import atomic_write_text, check_output_file
 
 OUTCOMES = ("success", "lose", "aborted", "unknown")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from playpen.config import DATA_MAX_BYTES, read_text
+from playpen.config import read_text
+from playpen.reading import DATA_MAX_BYTES
 from playpen.errors import PlaypenError
 from playpen.storage import jsonl_lines
 

@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 
 from playpen.errors import PlaypenError
-from playpen.config import DATA_MAX_BYTES
+from playpen.reading import DATA_MAX_BYTES
 from playpen.storage import atomic_write_json, make_folder, read_json_or_none, slug_joined
 
 

@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from playpen.config import check_regular_file, read_json, read_text
+from playpen.reading import check_regular_file, read_json, read_text
 from playpen.errors import PlaypenError
 from playpen.storage import NAME_RULE, is_run_dir, is_safe_name
 

@@ -15,7 +15,7 @@ import clemcore  # noqa: F401  (importing it opens ./clembench.log: done here, o
 import pytest
 
 from playpen.cli import main
-from playpen.config import load_yaml, parse_json, read_text
+from playpen.reading import load_yaml, parse_json, read_text
 from playpen.errors import PlaypenError
 from playpen.registry import playpen_home
 

@@ -98,3 +98,23 @@ def test_checkpoints_reached_through_links_are_not_the_runs(capsys, work):
     from playpen.storage import checkpoints_in
 
     assert checkpoints_in(run / "checkpoints") == []
+
+
+def test_a_folder_planted_where_the_next_checkpoint_goes_is_removed_first(tmp_path, monkeypatch):
+    """The Trainer writes checkpoint-<step> by name: what someone put there before (links inside) goes first."""
+    from types import SimpleNamespace
+
+    from playpen.train.checkpoints import resume_state_callback
+
+    victim = tmp_path / "thesis.tex"
+    victim.write_text("only copy")
+    planted = tmp_path / "checkpoints" / "checkpoint-4"
+    planted.mkdir(parents=True)
+    (planted / "adapter_model.safetensors").symlink_to(victim)
+    callback = resume_state_callback()
+    args = SimpleNamespace(output_dir=str(tmp_path / "checkpoints"))
+    state = SimpleNamespace(global_step=4, is_world_process_zero=True)
+    callback.on_step_end(args, state, SimpleNamespace(should_save=False))
+    assert planted.exists()  # no save at this step: nothing touched
+    callback.on_step_end(args, state, SimpleNamespace(should_save=True))
+    assert not planted.exists() and victim.read_text() == "only copy"

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from playpen.config import DATA_MAX_BYTES
+from playpen.reading import DATA_MAX_BYTES
 from playpen.records import INSTANCE, SCORES, interactions_files, sidecar
 from playpen.storage import read_json_or_none
 

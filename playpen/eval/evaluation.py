@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from playpen.config import read_bytes
+from playpen.reading import read_bytes
 from playpen.defaults import BATCH_SIZE, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
 from playpen.eval.clemlog import clemcore_log, library_bars

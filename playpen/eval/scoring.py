@@ -22,7 +22,7 @@ from typing import Iterable
 
 import numpy as np
 
-from playpen.config import DATA_MAX_BYTES, read_json
+from playpen.reading import DATA_MAX_BYTES, read_json
 from playpen.errors import PlaypenError
 from playpen.games.scores import ABORTED, LOSE, SUCCESS, main_score
 from playpen.records import episode_location

@@ -82,7 +82,7 @@ def instances_file(game: str | GameEntry, split: str = VALIDATION) -> Path:
 
 def read_instances(path: str | Path) -> list[tuple[dict, dict]]:
     """(experiment without its game_instances, instance) pairs of a clemcore instances file, checked."""
-    from playpen.config import DATA_MAX_BYTES, read_json
+    from playpen.reading import DATA_MAX_BYTES, read_json
 
     path = Path(path)
     return instance_pairs(read_json(path, "instances file", DATA_MAX_BYTES), str(path))

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from playpen.config import read_json
+from playpen.reading import read_json
 from playpen.errors import PlaypenError
 from playpen.storage import NAME_RULE, is_safe_name
 

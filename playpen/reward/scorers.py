@@ -22,7 +22,7 @@ import inspect
 from dataclasses import dataclass
 from pathlib import Path
 
-from playpen.config import read_json
+from playpen.reading import read_json
 from playpen.errors import PlaypenError
 
 CALLABLE_SCORERS = {"vader": "playpen.reward.labellers:vader_compound"}

@@ -15,7 +15,7 @@ from pathlib import Path
 from submitit.core.utils import JobPaths
 from submitit.slurm.slurm import read_job_id
 
-from playpen.config import read_json
+from playpen.reading import read_json
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json, checkpoints_in, written_by_me
 from playpen.submit.jobs import job_events

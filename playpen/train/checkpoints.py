@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
 
-from playpen.config import DATA_MAX_BYTES, read_bytes, read_json
+from playpen.reading import DATA_MAX_BYTES, read_bytes, read_json
 from playpen.errors import PlaypenError
 from playpen.storage import (atomic_write_json, atomic_write_text, checkpoint_step, checkpoints_in, not_a_link,
                              read_json_or_none, read_jsonl, remove_tree, share_as_umask)
@@ -265,6 +265,16 @@ def _make_resume_state_callback():
         def __init__(self, extra: Callable[[], dict] = dict, step_offset: int = 0):
             self.extra = extra
             self.step_offset = step_offset
+
+        def on_step_end(self, args, state, control, **kwargs):
+            """Before the Trainer saves checkpoint-<step> by name: a folder of that name cannot be this run's
+            (newer ones were removed when it resumed), so whatever is there, links included, goes first."""
+            if control.should_save:
+                from playpen.distributed import barrier
+
+                if state.is_world_process_zero:
+                    remove_tree(Path(args.output_dir) / f"checkpoint-{state.global_step}", args.output_dir)
+                barrier()
 
         def on_save(self, args, state, control, **kwargs):
             from playpen.distributed import barrier
