@@ -76,7 +76,10 @@ def episode_location(path: Path) -> EpisodeLocation:
 def interactions_files(root: str | Path, finished: bool = False) -> list[Path]:
     """Every episode's interactions.json under `root`, in path order; `finished`: not those that broke off with an
     error (error.json from the rollout engine), which clem's runner would not have recorded at all."""
-    files = sorted(Path(root).rglob(INTERACTIONS))
+    root = Path(root)
+    # (a hidden folder is a game still being played, or one a killed process left: .playing.*)
+    files = [p for p in sorted(root.rglob(INTERACTIONS))
+             if not any(part.startswith(".") for part in p.relative_to(root).parts[:-1])]
     return [p for p in files if not (p.parent / ERROR).exists()] if finished else files
 
 
