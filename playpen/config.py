@@ -261,8 +261,15 @@ def to_dict(obj: Any) -> Any:
     return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """Writes a value twice rather than as an alias: playpen's loader refuses aliases."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
 def dump_yaml(obj: Any) -> str:
-    return yaml.safe_dump(to_dict(obj), sort_keys=False)
+    return yaml.dump(to_dict(obj), Dumper=_PlainDumper, sort_keys=False)
 
 
 # ---------------------------------------------------------------- packaged defaults
