@@ -78,8 +78,8 @@ def interactions_files(root: str | Path, finished: bool = False) -> list[Path]:
     error (error.json from the rollout engine), which clem's runner would not have recorded at all."""
     root = Path(root)
     # (a hidden folder is a game still being played, or one a killed process left: .playing.*)
-    files = [p for p in sorted(root.rglob(INTERACTIONS))
-             if not any(part.startswith(".") for part in p.relative_to(root).parts[:-1])]
+    files = [p for p in sorted(root.rglob(INTERACTIONS))  # (a FIFO or device there is no record: readers hang)
+             if not any(part.startswith(".") for part in p.relative_to(root).parts[:-1]) and p.is_file()]
     return [p for p in files if not (p.parent / ERROR).exists()] if finished else files
 
 

@@ -91,6 +91,9 @@ def check_clemcore_files(cwd: Path | None = None) -> None:
                  cwd / "game_registry.json"):
         if os.path.lexists(path) and os.path.exists(path):  # (a dangling link: clemcore's open fails, no hang)
             check_regular_file(path, "clemcore file")
+    log = cwd / "clembench.log"  # clemcore appends to it from its import on: never through a link
+    if os.path.islink(log) or (os.path.lexists(log) and os.lstat(log).st_nlink > 1):
+        raise PlaypenError(f"{log} is a link (clemcore appends its log there through it); remove it")
 
 
 def custom_model_registry(cwd: Path | None = None) -> Path:

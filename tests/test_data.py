@@ -178,5 +178,22 @@ def test_a_fifo_among_the_records_is_skipped_not_waited_for(tmp_path):
     fifo = root / "m" / "taboo" / "0_x" / "episode_0" / "interactions.json"
     fifo.parent.mkdir(parents=True)
     os.mkfifo(fifo)
-    stats = convert(root, tmp_path / "d.jsonl")
-    assert stats.episodes == 3 and [r for p, r in stats.skipped if p == str(fifo)][0].startswith("unreadable: ")
+    stats = convert(root, tmp_path / "d.jsonl")  # (not a regular file: no episode, never opened)
+    assert stats.episodes == 3 and not stats.skipped
+
+
+def test_hidden_folders_and_files_that_are_not_regular_are_no_episodes(tmp_path):
+    """A game being played (or one a killed process left) sits in a hidden .playing.* folder; a FIFO named
+    interactions.json would hang whoever reads it (clemcore's scorer included)."""
+    import os
+
+    from playpen.records import interactions_files
+
+    root = tmp_path / "res"
+    shutil.copytree(FIXTURES / LLAMA, root / LLAMA)
+    found = interactions_files(root)
+    shutil.copytree(FIXTURES / LLAMA, root / ".playing.x" / LLAMA)
+    os.mkfifo(root / LLAMA / "taboo" / "0_high_en" / "fifo.json")
+    (root / "m" / "g" / "e" / "episode_9").mkdir(parents=True)
+    os.mkfifo(root / "m" / "g" / "e" / "episode_9" / "interactions.json")
+    assert interactions_files(root) == found and found

@@ -88,3 +88,15 @@ def test_a_training_run_whose_model_name_would_hold_the_separator_is_refused(tmp
     with pytest.raises(PlaypenError, match="model name 'x--r1'"):
         RunDir.for_experiment(tmp_path / "runs", "x-", "r1")
     assert not (tmp_path / "runs" / "x-").exists()
+
+
+@pytest.mark.parametrize("kind", ["symlink", "hardlink"])
+def test_a_clembench_log_planted_where_clemcore_appends_is_refused(root, tmp_path, kind):
+    import os
+
+    victim = tmp_path / "thesis.tex"
+    victim.write_text("only copy")
+    (tmp_path / "clembench.log").symlink_to(victim) if kind == "symlink" else os.link(victim, tmp_path / "clembench.log")
+    with pytest.raises(PlaypenError, match="clembench.log is a link"):
+        model_entries()
+    assert victim.read_text() == "only copy"

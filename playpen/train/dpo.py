@@ -20,7 +20,7 @@ from pathlib import Path
 
 from playpen.config import bounded
 from playpen.errors import PlaypenError
-from playpen.storage import atomic_write_json, atomic_write_text
+from playpen.storage import atomic_write_json, atomic_write_text, remove_tree, share_as_umask
 from playpen import data_files, distributed
 from playpen.models import modeling
 from playpen.train import game_play
@@ -144,12 +144,15 @@ class DPO(Recipe):
                 _drop_ref_adapter(model)
                 trainer = self._train(session, _dataset(pairs), args, resume, offset, model, peft_config)
                 model, peft_config = trainer.model, None
+                _clear_final(session, folder)
                 trainer.save_model(str(folder / "final"))
                 offset += trainer.state.global_step
             else:
                 session.log(f"[playpen] round {k}: no preference pairs (all episodes tied); skipping its training")
+                _clear_final(session, folder)
                 _save_weights(session, model, folder / "final")
             if session.is_main:
+                share_as_umask(folder / "final")  # (safetensors writes 0600)
                 atomic_write_json(folder / DONE, {"global_step": offset, "pairs": len(pairs)})
             session.barrier()
         session.state["global_step"] = offset
@@ -237,6 +240,13 @@ def _load_round(session: Session, final: Path, model):
         return PeftModel.from_pretrained(model, str(final), is_trainable=True), None
     dtype = next(model.parameters()).dtype
     return modeling.load_model(str(final), None, dtype), session.peft_config
+
+
+def _clear_final(session: Session, folder: Path) -> None:
+    """A round's final/ is written by the library by name: whatever is there (links planted inside) goes first."""
+    if session.is_main:
+        remove_tree(folder / "final", folder)
+    session.barrier()
 
 
 def _save_weights(session: Session, model, folder: Path) -> None:
