@@ -96,7 +96,8 @@ def test_a_clembench_log_planted_where_clemcore_appends_is_refused(root, tmp_pat
 
     victim = tmp_path / "thesis.tex"
     victim.write_text("only copy")
-    (tmp_path / "clembench.log").symlink_to(victim) if kind == "symlink" else os.link(victim, tmp_path / "clembench.log")
+    log = tmp_path / "clembench.log"
+    log.symlink_to(victim) if kind == "symlink" else os.link(victim, log)
     with pytest.raises(PlaypenError, match="clembench.log is a link"):
         model_entries()
     assert victim.read_text() == "only copy"
