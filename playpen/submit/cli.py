@@ -154,7 +154,7 @@ def submit(args: argparse.Namespace) -> int:
 def send(args: argparse.Namespace, kind: str, profile: ClusterProfile, res: exe.Resources, plan: Plan,
          ex) -> tuple[status.Submission, list]:
     """Submit from a clean environment and record the submission next to the results."""
-    folder = make_folder(ex.folder, "job log folder")
+    folder = make_folder(ex.folder, "job log folder", root=plan.directory)  # (no level of it a link)
     after = []
     with exe.submission_env(profile, kind, plan.storage_root, folder / "local-controller.log"):
         if plan.array is None:
