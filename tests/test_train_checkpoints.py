@@ -26,7 +26,7 @@ def work(tmp_path, monkeypatch) -> Path:
 
 
 def checkpoint(folder: Path, step: int, rank: int | None = 16, state_step: int | None = None,
-               alpha: int = 32) -> Path:
+               alpha: int = 32, base: str = "/models/playpen-tiny") -> Path:
     """A complete checkpoint as the Trainer and ResumeState leave it: an adapter of `rank` (None: full weights)."""
     from safetensors.numpy import save_file
 
@@ -40,7 +40,8 @@ def checkpoint(folder: Path, step: int, rank: int | None = 16, state_step: int |
         save_file({"w": np.zeros((2, 2), np.float32)}, str(path / "model.safetensors"))
     else:
         (path / "adapter_config.json").write_text(json.dumps({"r": rank, "lora_alpha": alpha,
-                                                              "target_modules": ["q_proj", "v_proj"]}))
+                                                              "target_modules": ["q_proj", "v_proj"],
+                                                              "base_model_name_or_path": base}))
         save_file({"base_model.model.q_proj.lora_A.weight": np.zeros((rank, 8), np.float32)},
                   str(path / "adapter_model.safetensors"))
     return path
@@ -66,6 +67,8 @@ CASES = {  # (checkpoint, overrides) -> what the line says
                      "it holds full weights, and this run trains a LoRA adapter"),
     "an adapter": (dict(step=2), ["trainer.max_steps=3", "lora=null"],
                    "it holds a LoRA adapter, and this run trains full weights"),
+    "another base model": (dict(step=2, base="HuggingFaceTB/SmolLM2-1.7B"), ["trainer.max_steps=3"],
+                           "its adapter sits on HuggingFaceTB/SmolLM2-1.7B, the run trains "),
 }
 
 

@@ -155,7 +155,11 @@ def check_fits(checkpoint: Path, planned_steps: int, lora: dict | None, spec: di
     if lora is not None and not adapter.is_file():
         raise unfit("it holds full weights, and this run trains a LoRA adapter (lora:)")
     if adapter.is_file():
-        _adapter_fits(checkpoint, read_json(adapter, "checkpoint file"), _expected_adapter(lora, spec), unfit)
+        found = read_json(adapter, "checkpoint file")
+        _adapter_fits(checkpoint, found, _expected_adapter(lora, spec), unfit)
+        base, trained = str(found.get("base_model_name_or_path") or ""), str(spec.get("huggingface_id") or "")
+        if base and trained and Path(base).name != Path(trained).name:  # (paths differ between machines: names)
+            raise unfit(f"its adapter sits on {base}, the run trains {trained}")
     else:
         _weights_fit(checkpoint, spec, unfit)
 
