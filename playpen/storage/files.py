@@ -1,7 +1,7 @@
 """Files under a checked folder: new and replaced ones by temporary file and rename (`atomic_write_*`,
 `write_figure`, `publish`), appended ones opened without following links and only when they are regular files with
 one link (`open_append`, `append_jsonl`); and reading back what jobs wrote (jsonl, state files) with
-playpen.config's checks."""
+playpen.reading's checks."""
 from __future__ import annotations
 
 import errno
@@ -202,5 +202,5 @@ def read_json_or_none(path: str | Path, limit: int = CONFIG_MAX_BYTES) -> Any:
 
 
 def read_text_lossy(path: str | Path, what: str, limit: int = DATA_MAX_BYTES) -> str:
-    """`config.read_text`'s checks (a regular file under `limit`), bytes that are not UTF-8 replaced."""
+    """`playpen.reading`'s checks (a regular file under `limit`), bytes that are not UTF-8 replaced."""
     return read_bytes(path, what, limit).decode("utf-8", errors="replace")

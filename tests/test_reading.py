@@ -1,9 +1,9 @@
-"""playpen.config's readers and YAML loader: every file playpen reads is a regular file under a size bound before
-it is read (a FIFO or a link to /dev/zero named or planted where a file belongs is one line, never a hang or a
-machine out of memory), and YAML comes without aliases (a 566-byte alias bomb), deep nesting or duplicate keys.
-Each reader is the command as a user types it, in a working folder of its own: exit 2 and one `playpen: error:`
-line naming the file; a registry someone else left under the storage root is skipped with a warning instead.
-Nothing here loads a model."""
+"""playpen.reading, and every reader that goes through it: every file playpen reads is a regular file under a size
+bound before it is read (a FIFO or a link to /dev/zero named or planted where a file belongs is one line, never a
+hang or a machine out of memory), and YAML comes without aliases (a 566-byte alias bomb), deep nesting or duplicate
+keys. Each reader is the command as a user types it, in a working folder of its own: exit 2 and one
+`playpen: error:` line naming the file; a registry someone else left under the storage root is skipped with a
+warning instead. Nothing here loads a model."""
 from __future__ import annotations
 
 import json
