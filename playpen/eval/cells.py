@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from playpen.errors import PlaypenError
-from playpen.storage import atomic_write_json, make_folder, new_folder, new_run_id, read_json_or_none
+from playpen.records import claim_dir
+from playpen.storage import atomic_write_json, make_folder, new_run_id, read_json_or_none
 
 SWEEP_FILE = "sweep.json"
 CELLS_DIR = "cells"
@@ -199,9 +200,10 @@ def run_cell(sweep_dir: str | Path, cell: Cell | dict) -> dict:
         raise PlaypenError(f"{sweep_dir} is not a sweep directory (no {SWEEP_FILE})")
     cell = Cell.from_dict(cell) if isinstance(cell, dict) else cell
     cell_dir = make_folder(sweep_dir / CELLS_DIR / cell.key, "sweep folder", root=sweep_dir)
-    attempt = new_run_id()
-    # clemcore writes its records by name in here: a folder made now, nothing planted in it
-    records = new_folder(cell_dir / "attempts" / attempt, "sweep folder", root=sweep_dir)
+    # clemcore writes its records by name in here: a folder made now (never one that was there), unique even for
+    # a rerun in the same second
+    records = claim_dir(make_folder(cell_dir / "attempts", "sweep folder", root=sweep_dir), new_run_id())
+    attempt = records.name
     state = {"state": "running", "attempt": attempt, "host": socket.gethostname(), "pid": os.getpid(),
              "job": os.environ.get("SLURM_ARRAY_JOB_ID", os.environ.get("SLURM_JOB_ID")),
              "task": os.environ.get("SLURM_ARRAY_TASK_ID"), "started": time.time(), "heartbeat": time.time(),

@@ -1,5 +1,5 @@
 """Folders playpen writes into: made or entered only as real folders (`make_folder`), made new where a library
-writes by name (`new_folder`, `private_folder`, `staging_folder`) and put in place whole (`replace_folder`), and
+writes by name (`private_folder`, `staging_folder`) and put in place whole (`replace_folder`), and
 removed or moved only when proven inside their root."""
 from __future__ import annotations
 
@@ -84,21 +84,6 @@ def private_folder(parent: str | Path, prefix: str) -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def new_folder(folder: str | Path, what: str = "folder", root: str | Path | None = None) -> Path:
-    """`folder` made now, by this process (its parent by `make_folder`): one that already exists, however it
-    got there, is refused, so nothing can have been planted in it before playpen writes."""
-    folder = Path(folder)
-    make_folder(folder.parent, what, root)
-    try:
-        folder.mkdir()
-    except FileExistsError:
-        raise PlaypenError(f"{what} {folder} already exists, made by someone else; remove it or rerun") from None
-    except OSError as e:
-        raise PlaypenError(f"{what} {folder} cannot be written ({e.strerror}); pick a writable folder") from None
-    _real_folder(folder, what)
-    return folder
 
 
 def staging_folder(target: str | Path, root: str | Path, create: bool = True) -> Path:
