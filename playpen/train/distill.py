@@ -30,7 +30,6 @@ from playpen.errors import PlaypenError
 from playpen.models import service
 from playpen.train import game_play, rounds, sequences
 from playpen.train.recipe import Session
-from playpen.train.rft import play_round, round_instances, train_rows
 
 
 @dataclass
@@ -46,10 +45,9 @@ class Config(game_play.GameConfig):
                                          # shuffled once with seed (null: all of them every round)
 
 
-class Distill(rounds.RoundsRecipe):
+class Distill(rounds.SFTRoundsRecipe):
     name = "distill"
     Config = Config
-    trl_config = "SFTConfig"
     rows_folder = "targets"
 
     def check(self, cfg: Config, where: str) -> None:
@@ -63,14 +61,6 @@ class Distill(rounds.RoundsRecipe):
             return
         check_model_teacher(cfg, where)
 
-    def trainer_defaults(self, cfg: Config) -> dict:
-        return {"max_length": 2048, "packing": False, "max_steps": 20, "learning_rate": 1e-4,
-                "per_device_train_batch_size": 8}
-
-    def forced(self, cfg: Config) -> dict:
-        # the rows carry their labels (the targets); a chat-template mask would train something else
-        return {"assistant_only_loss": False, "completion_only_loss": False}
-
     def fit(self, session: Session):
         cfg = session.cfg
         self._instances = game_play.train_instances(cfg, session.run.path if session.is_main else None, limit=None)
@@ -80,8 +70,8 @@ class Distill(rounds.RoundsRecipe):
 
     def collect(self, session: Session, k: int, model, offset: int) -> tuple[list[dict], dict]:
         cfg = session.cfg
-        chosen = round_instances(self._instances, k, cfg.instances)
-        episodes = play_round(session, k, model, chosen, self._partner, group_size=cfg.group_size)
+        chosen = game_play.round_instances(self._instances, k, cfg.instances)
+        episodes = game_play.play_round(session, k, model, chosen, self._partner, group_size=cfg.group_size)
         stats = game_play.episode_stats(episodes)
         rows = []
         if self._teacher is None:
@@ -103,10 +93,10 @@ class Distill(rounds.RoundsRecipe):
 
     def train_round(self, session: Session, rows: list[dict], args, resume, offset: int, model, peft_config):
         if self._teacher is None:
-            return train_rows(session, rows, args, resume, offset, model, peft_config)
-        return train_rows(session, rows, args, resume, offset, model, peft_config,
-                          trainer_class=distillation_trainer(), teacher_model=self._teacher,
-                          beta=session.cfg.beta)
+            return super().train_round(session, rows, args, resume, offset, model, peft_config)
+        return rounds.train_rows(session, rows, args, resume, offset, model, peft_config,
+                                 trainer_class=distillation_trainer(), teacher_model=self._teacher,
+                                 beta=session.cfg.beta)
 
 
 def check_model_teacher(cfg: Config, where: str) -> None:

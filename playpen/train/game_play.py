@@ -1,4 +1,5 @@
-"""What GRPO and DPO share about playing games: config keys, checks, the teacher, episode statistics.
+"""What the game methods share about playing games: config keys, checks, the partner, a round of play, episode
+statistics.
 
 The trainers only call `playpen.rollout` (RolloutEngine, LocalPolicy, load_instances, preference_pairs); the
 rollout package knows nothing of TRL.
@@ -18,7 +19,7 @@ from playpen.storage import remove_tree
 from playpen import distributed
 from playpen.models import service
 from playpen.train.players import frozen_policy
-from playpen.train.recipe import TrainConfig
+from playpen.train.recipe import Session, TrainConfig
 
 
 PROGRAMMATIC = "programmatic"  # partner (or distill's teacher): the built-in game's own expert
@@ -150,6 +151,35 @@ def train_instances(cfg: GameConfig, save_dir: Path | None = None, limit=KEEP):
         print(f"[playpen] {cfg.game}: {len(pairs)} generated instances (seed {cfg.generate['seed']}; {dropped} "
               f"identical to validation instances dropped)", flush=True)
     return pairs
+
+
+def round_instances(instances: list, k: int, n: int | None) -> list:
+    """The instances round k plays: the next n of the (already shuffled) list, wrapping around; all when n is
+    None."""
+    if not n or n >= len(instances):
+        return list(instances)
+    start = (k * n) % len(instances)
+    return [instances[(start + i) % len(instances)] for i in range(n)]
+
+
+def play_round(session: Session, k: int, model, instances: list, partner, group_size: int):
+    """Round k's episodes of this process's share of `instances` (records tagged iter_k), seeded by (seed, k)."""
+    from playpen.rollout import LocalPolicy, RolloutEngine
+
+    cfg = session.cfg
+    shard = instances[session.rank::session.world_size]
+    policy = LocalPolicy(model, session.tokenizer, name=session.spec["model_name"].replace("/", "_"))
+    seed = (cfg.seed * 1_000_003 + k) * 1_009 + session.rank
+    engine = RolloutEngine(learner=policy, teacher=partner, max_new_tokens=cfg.max_new_tokens,
+                           temperature=cfg.temperature, batch_size=cfg.rollout_batch_size, seed=seed,
+                           teacher_seats=cfg.partner_seats)
+    tag = records_tag("iter", k, session.rank, session.world_size)
+    clear_records(session.run.records, lambda prefix, step: prefix == "iter" and step == k)
+    episodes = engine.play(cfg.game, instances=shard, group_size=group_size, records_dir=session.run.records,
+                           records_tag=tag)
+    if failure := partner_failure(cfg, episodes, f"of round {k}"):
+        raise PlaypenError(f"{failure} (records: {session.run.records})")
+    return episodes
 
 
 def main_score(episode) -> float:

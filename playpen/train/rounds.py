@@ -70,6 +70,44 @@ class RoundsRecipe(Recipe):
         return iterate(self, session)
 
 
+class SFTRoundsRecipe(RoundsRecipe):
+    """Rounds whose rows are token rows with labels (sequences.py), trained by TRL's SFTTrainer as they are."""
+
+    trl_config = "SFTConfig"
+
+    def trainer_defaults(self, cfg) -> dict:
+        return {"max_length": 2048, "packing": False, "max_steps": 20, "learning_rate": 1e-4,
+                "per_device_train_batch_size": 8}
+
+    def forced(self, cfg) -> dict:
+        # the rows carry their labels; a chat-template mask would train something else
+        return {"assistant_only_loss": False, "completion_only_loss": False}
+
+    def train_round(self, session: Session, rows: list[dict], args, resume: Path | None, offset: int, model,
+                    peft_config):
+        return train_rows(session, rows, args, resume, offset, model, peft_config)
+
+
+def rows_dataset(rows: list[dict]):
+    from datasets import Dataset
+
+    return Dataset.from_list([{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows])
+
+
+def train_rows(session: Session, rows: list[dict], args, resume, offset: int, model, peft_config,
+               trainer_class=None, **trainer_options):
+    """TRL's SFTTrainer (or a subclass) on token rows whose labels say what is trained."""
+    from trl import SFTTrainer
+
+    state = load_state(resume) if resume else {"step": 0}
+    trainer = (trainer_class or SFTTrainer)(
+        model=model, args=args, train_dataset=rows_dataset(rows), processing_class=session.tokenizer,
+        peft_config=peft_config, callbacks=session.callbacks(step_offset=offset, resumed_step=state["step"]),
+        **trainer_options)
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    return trainer
+
+
 def iterate(recipe: RoundsRecipe, session: Session):
     """Every round not done yet: collect (or read back) its rows, train, save final/, mark it done."""
     run = session.run
