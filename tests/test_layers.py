@@ -1,4 +1,4 @@
-"""The packages read one way (pyproject's [tool.importlinter], README's Layout), private names stay in their
+"""The packages read one way (pyproject's [tool.importlinter], docs/development.md), private names stay in their
 package, and no module grows past the size one reads in a sitting."""
 from __future__ import annotations
 
