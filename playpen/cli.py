@@ -1,7 +1,7 @@
 """`playpen` command line: parse, then call one function. Heavy imports (torch, trl) happen inside commands.
 
     playpen list models [-v] | games [-v]
-    playpen train {sft,dpo,grpo,reward} --config configs/... [key=value ...]
+    playpen train {sft,dpo,grpo,rloo,reward,rft,distill} --config NAME_OR_PATH [key=value ...]
     playpen run my_trainer.py -l LEARNER [-t TEACHER] [-L MAX_NEW_TOKENS] [-T TEMPERATURE]
     playpen eval MODEL [-g GAME ...] [-r RESULTS_DIR] [--skip_gameplay]
     playpen data RESULTS_DIR -o dataset.jsonl [--game G] [--outcome success] [--model M]
@@ -14,6 +14,7 @@
     playpen sweep-local SWEEP.yaml [key=value ...] | --status DIR     (= python -m playpen.eval.sweep; no SLURM)
     playpen models build-tiny|convert-smol [--out DIR] [--force]   (= python -m playpen.models.tiny|smol;
                                                                      playpen build-tiny is build-tiny)
+    playpen configs list | copy NAME [DEST]                         (the shipped configs, by name)
     playpen containers render|check                                 (= python -m playpen.containers)
     playpen doctor [--storage-root DIR] [--skip FEATURE] [--json]   (as a job: playpen submit doctor --nodes N)
 """
@@ -43,6 +44,8 @@ COMMANDS = {
     "screen": ("playpen.eval.screening", "each instance's pass rate under a model; write those strictly between "
                                          "0 and 1 as an instances file (GRPO's split:)"),
     "models": ("playpen.models.cli", "build the bundled models: build-tiny, convert-smol"),
+    "configs": ("playpen.configs_cli", "the shipped configs: list them, copy one to edit (--config takes a "
+                                       "file or a shipped name, e.g. grpo/demo)"),
     "containers": ("playpen.containers", "render the Apptainer defs from the lock file, or check they match it"),
     "doctor": ("playpen.doctor.cli", "will a job run here? software, devices, features tried for real, storage "
                                      "(as a job: playpen submit doctor --nodes N)"),

@@ -28,7 +28,7 @@ class TrainConfig:
     lora: dict | None = field(default_factory=dict)  # LoraConfig keys over the seed default; null = full weights
     quantization: str | None = None      # null | 4bit | 8bit (bitsandbytes; QLoRA with lora)
     dtype: str = "auto"                  # auto | float32 | bfloat16 | float16 (weights as loaded)
-    deepspeed: str | None = None         # e.g. configs/deepspeed/zero2.json
+    deepspeed: str | None = None         # e.g. deepspeed/zero2.json
     register: bool = True                # write <run>/model_registry.json for `playpen eval`
     allow_config_change: bool = False    # rerun an existing run id with other values (e.g. more max_steps);
                                          # refused without it, so one run never mixes two configs
