@@ -64,8 +64,8 @@ def screen(model: str, game: str, output: str | Path, split: str = "train", samp
         raise PlaypenError(f"game {game} has no instances in set {split}")
     partner = expert_model(seed=seed) if partner == "programmatic" else partner
     spec = resolve_local(model, role=None)
-    engine = RolloutEngine(LocalPolicy(*load_frozen(spec), name=spec["model_name"]), teacher=partner,
-                           teacher_seats=partner_seats, max_new_tokens=max_new_tokens, temperature=temperature,
+    engine = RolloutEngine(LocalPolicy(*load_frozen(spec), name=spec["model_name"]), partner=partner,
+                           partner_seats=partner_seats, max_new_tokens=max_new_tokens, temperature=temperature,
                            batch_size=batch_size, seed=seed)
     rates = pass_rates(engine.play(game, pairs, group_size=samples))
     data, kept = screened_file(pairs, rates)

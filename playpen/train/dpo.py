@@ -126,9 +126,9 @@ class DPO(rounds.RoundsRecipe):
         cfg = session.cfg
         shard = self._instances[session.rank::session.world_size]
         policy = LocalPolicy(model, session.tokenizer, name=session.spec["model_name"].replace("/", "_"))
-        engine = RolloutEngine(learner=policy, teacher=self._partner, max_new_tokens=cfg.max_new_tokens,
+        engine = RolloutEngine(learner=policy, partner=self._partner, max_new_tokens=cfg.max_new_tokens,
                                temperature=cfg.temperature, batch_size=cfg.rollout_batch_size,
-                               teacher_seats=cfg.partner_seats)
+                               partner_seats=cfg.partner_seats)
         tag = game_play.records_tag("iter", k, session.rank, session.world_size)
         game_play.clear_records(session.run.records, lambda prefix, step: prefix == "iter" and step == k)
         episodes = engine.branch(cfg.game, shard, branch_factor=cfg.group_size, records_dir=session.run.records,

@@ -170,9 +170,9 @@ def play_round(session: Session, k: int, model, instances: list, partner, group_
     shard = instances[session.rank::session.world_size]
     policy = LocalPolicy(model, session.tokenizer, name=session.spec["model_name"].replace("/", "_"))
     seed = (cfg.seed * 1_000_003 + k) * 1_009 + session.rank
-    engine = RolloutEngine(learner=policy, teacher=partner, max_new_tokens=cfg.max_new_tokens,
+    engine = RolloutEngine(learner=policy, partner=partner, max_new_tokens=cfg.max_new_tokens,
                            temperature=cfg.temperature, batch_size=cfg.rollout_batch_size, seed=seed,
-                           teacher_seats=cfg.partner_seats)
+                           partner_seats=cfg.partner_seats)
     tag = records_tag("iter", k, session.rank, session.world_size)
     clear_records(session.run.records, lambda prefix, step: prefix == "iter" and step == k)
     episodes = engine.play(cfg.game, instances=shard, group_size=group_size, records_dir=session.run.records,
@@ -229,9 +229,9 @@ def records_tag(prefix: str, step: int, rank: int, world: int) -> str:
 def play_validation(policy, cfg: GameConfig, instances, partner, records_dir: Path, tag: str) -> dict:
     from playpen.rollout import RolloutEngine
 
-    engine = RolloutEngine(learner=policy, teacher=partner, max_new_tokens=cfg.max_new_tokens,
+    engine = RolloutEngine(learner=policy, partner=partner, max_new_tokens=cfg.max_new_tokens,
                            temperature=cfg.validation_temperature, batch_size=cfg.rollout_batch_size,
-                           teacher_seats=cfg.partner_seats)
+                           partner_seats=cfg.partner_seats)
     episodes = engine.play(cfg.game, instances=instances, group_size=1, records_dir=records_dir, records_tag=tag)
     return episode_stats(episodes)
 

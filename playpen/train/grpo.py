@@ -92,9 +92,9 @@ class GameRollouts:
             policy = self.policy(model)
             # seeded by (seed, rollout number, rank): a resumed run replays exactly the rollouts it lost
             seed = (cfg.seed * 1_000_003 + self.counters["rollouts"]) * 1_009 + session.rank
-            engine = RolloutEngine(learner=policy, teacher=self.partner, max_new_tokens=cfg.max_new_tokens,
+            engine = RolloutEngine(learner=policy, partner=self.partner, max_new_tokens=cfg.max_new_tokens,
                                    temperature=cfg.temperature, batch_size=cfg.rollout_batch_size, seed=seed,
-                                   teacher_seats=cfg.partner_seats)
+                                   partner_seats=cfg.partner_seats)
             self._writing = engine
 
             played = [0]  # episodes, refills included
