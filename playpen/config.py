@@ -14,7 +14,9 @@ import dataclasses
 import difflib
 import inspect
 import math
+import shutil
 import sys
+import textwrap
 import types
 import typing
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from playpen.errors import PlaypenError
 
 T = TypeVar("T")
 BOUNDS = "playpen.bounds"  # dataclass field metadata key of a field's Bounds
+HELP = "help"  # dataclass field metadata key of a key's help text (the key TRL's and open-r1's fields use)
 
 
 @dataclass(frozen=True)
@@ -58,15 +61,22 @@ class Bounds:
             return f"{low} and at most {self.le:g}"
         return low or f"at most {self.le:g}"
 
-    def field(self, default: Any = dataclasses.MISSING) -> Any:
-        """A dataclass field with these bounds, enforced by `build`."""
-        return dataclasses.field(default=default, metadata={BOUNDS: self})
+    def field(self, default: Any = dataclasses.MISSING, help: str = "") -> Any:
+        """A dataclass field with these bounds, enforced by `build`, and its help text."""
+        return dataclasses.field(default=default, metadata={BOUNDS: self, HELP: help})
 
 
 def bounded(default: Any = dataclasses.MISSING, *, ge: float | None = None, gt: float | None = None,
-            le: float | None = None, hint: str = "") -> Any:
-    """`max_new_tokens: int = bounded(64, ge=1)`: a config field whose range `build` checks."""
-    return Bounds(ge, gt, le, hint).field(default)
+            le: float | None = None, hint: str = "", help: str = "") -> Any:
+    """`max_new_tokens: int = bounded(64, ge=1, help="per reply")`: a config key whose range `build` checks;
+    `playpen train METHOD --help` shows the range, the hint and the help."""
+    return Bounds(ge, gt, le, hint).field(default, help)
+
+
+def documented(default: Any = dataclasses.MISSING, *, help: str, factory: Any = dataclasses.MISSING) -> Any:
+    """`game: str | None = documented(None, help="...")`: a config key with its help text as data, which
+    `playpen train METHOD --help` and `playpen submit KIND --help` list (`factory` makes a mutable default)."""
+    return dataclasses.field(default=default, default_factory=factory, metadata={HELP: help})
 
 
 class Checked(str):
@@ -151,13 +161,16 @@ def merge(base: dict, extra: dict) -> dict:
     return merged
 
 
-def check_keys(data: dict, allowed: typing.Iterable[str], where: str) -> None:
+def check_keys(data: dict, allowed: typing.Iterable[str], where: str, keys_help: str = "") -> None:
+    """Every key of `data` is allowed; an unknown one is refused with its close matches and `keys_help` (where
+    every key is described, e.g. "every key: `playpen train sft --help`"), else the list of allowed keys."""
     allowed = sorted(allowed)
     for key in data:
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=3)
             hint = f"did you mean {', '.join(close)}? " if close else ""
-            raise PlaypenError(f"{where}: unknown key '{key}'; {hint}allowed: {', '.join(allowed)}")
+            rest = f"({keys_help})" if keys_help else f"allowed: {', '.join(allowed)}"
+            raise PlaypenError(f"{where}: unknown key '{key}'; {hint}{rest}")
 
 
 def _type_name(tp: Any) -> str:
@@ -216,22 +229,113 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
 
 
 def signature_dataclass(func, name: str, skip: tuple[str, ...] = (), extra: tuple = (),
-                        bounds: dict[str, Bounds] | None = None, types: dict[str, Any] | None = None) -> type:
+                        bounds: dict[str, Bounds] | None = None, types: dict[str, Any] | None = None,
+                        helps: dict[str, str] | None = None) -> type:
     """A config dataclass whose keys are `func`'s own keyword arguments (types and defaults included), plus
     `extra` (name, type, default) fields: a job's YAML keys cannot drift from the function the job calls.
     `bounds` gives arguments their ranges, checked by `build` as any other field's; `types` replaces an
-    argument's annotation (e.g. a path that must be a `Location` in a job's YAML)."""
+    argument's annotation (e.g. a path that must be a `Location` in a job's YAML); `helps` their help texts."""
     hints = {**typing.get_type_hints(func), **(types or {})}
-    bounds = bounds or {}
+    bounds, helps = bounds or {}, helps or {}
     fields = []
     for param in inspect.signature(func).parameters.values():
         if param.name in skip or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         default = dataclasses.MISSING if param.default is param.empty else param.default
-        field = bounds[param.name].field(default) if param.name in bounds else dataclasses.field(default=default)
+        help_text = helps.get(param.name, "")
+        field = bounds[param.name].field(default, help_text) if param.name in bounds else \
+            documented(default, help=help_text)
         fields.append((param.name, hints.get(param.name, Any), field))
-    fields += [(n, tp, dataclasses.field(default=d)) for n, tp, d in extra]
+    fields += [(n, tp, documented(d, help=helps.get(n, ""))) for n, tp, d in extra]
     return dataclasses.make_dataclass(name, fields, frozen=True)
+
+
+# ---------------------------------------------------------------- keys as their own documentation
+
+@dataclass(frozen=True)
+class KeyDoc:
+    """One config key as `--help` lists it."""
+
+    name: str  # nested keys are dotted: container.image, runs[].path
+    type: str  # as YAML spells it: str, int, list[str], mapping, ... | null
+    default: str | None  # as YAML writes it; None: required
+    allowed: str = ""  # the range, and why
+    help: str = ""
+
+
+def key_docs(cls: type, prefix: str = "") -> list[KeyDoc]:
+    """Every key of config dataclass `cls` in field order, each followed by the keys of a section it holds."""
+    hints = typing.get_type_hints(cls)
+    docs = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        tp = hints[f.name]
+        bounds = f.metadata.get(BOUNDS)
+        allowed = bounds.allowed() + (f" ({bounds.hint})" if bounds.hint else "") if bounds else ""
+        sections = _sections(tp)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            default = None
+        elif dataclasses.is_dataclass(tp):  # a section: its own keys follow, each with its default
+            default = ""
+        else:
+            default = value_text(f.default if f.default is not dataclasses.MISSING else f.default_factory())
+        docs.append(KeyDoc(prefix + f.name, type_text(tp), default, allowed, f.metadata.get(HELP, "")))
+        for section in sections:
+            inside = "[]." if typing.get_origin(tp) in (list, tuple) else "."
+            docs += key_docs(section, prefix + f.name + inside)
+    return docs
+
+
+def _sections(tp: Any) -> list[type]:
+    """The config dataclasses a key of type `tp` holds (a section, or a list of them)."""
+    if dataclasses.is_dataclass(tp):
+        return [tp]
+    return [s for arg in typing.get_args(tp) for s in _sections(arg)]
+
+
+def type_text(tp: Any) -> str:
+    """An annotation as a YAML user reads it: `int | null`, `list[str]`, `mapping`."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(type_text(option) for option in typing.get_args(tp))
+    if origin in (list, tuple):
+        args = typing.get_args(tp)
+        return f"list[{type_text(args[0])}]" if args else "list"
+    if tp is type(None):
+        return "null"
+    if tp is dict or origin is dict or dataclasses.is_dataclass(tp):
+        return "mapping"
+    if tp is Any:
+        return "any"
+    if tp is Path:
+        return "path"
+    if isinstance(tp, type) and issubclass(tp, Checked):
+        return tp.__name__.lower()  # name, location: what playpen.storage checks them to be
+    return _type_name(tp)
+
+
+def value_text(value: Any) -> str:
+    """A default as YAML writes it (null, true, [all], {}), on one line."""
+    text = yaml.safe_dump(to_dict(value), default_flow_style=True, width=10_000).strip()
+    return text.removesuffix("...").strip()
+
+
+def format_keys(title: str, docs: list[KeyDoc], width: int | None = None) -> str:
+    """`title`, then one entry per key with its help indented under it, wrapped as argparse wraps --help:
+        group_size: int = 8, at least 2 (...)
+            episodes per instance ..."""
+    width = width or max(shutil.get_terminal_size().columns - 2, 40)
+    lines = textwrap.wrap(title, width, break_long_words=False, break_on_hyphens=False)
+    for doc in docs:
+        head = f"  {doc.name}: {doc.type}" + (" (required)" if doc.default is None else
+                                                f" = {doc.default}" if doc.default else "")
+        head += f", {doc.allowed}" if doc.allowed else ""
+        lines += textwrap.wrap(head, width, subsequent_indent=" " * 6, break_long_words=False, break_on_hyphens=False)
+        if doc.help:
+            lines += textwrap.wrap(doc.help, width, initial_indent=" " * 6, subsequent_indent=" " * 6,
+                                   break_long_words=False, break_on_hyphens=False)
+    return "\n".join(lines)
 
 
 # Old spellings of a setting → its one spelling: still accepted (config keys and flags), with one note per process.
@@ -260,11 +364,12 @@ def renamed(data: dict, fields: typing.Iterable[str], where: str) -> dict:
     return data
 
 
-def build(cls: type[T], data: dict, where: str) -> T:
-    """Build dataclass `cls` from `data`; `where` is "file.yaml" or "file.yaml: section" for messages."""
+def build(cls: type[T], data: dict, where: str, keys_help: str = "") -> T:
+    """Build dataclass `cls` from `data`; `where` is "file.yaml" or "file.yaml: section" for messages, `keys_help`
+    says where every key is described (check_keys)."""
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     data = renamed(data, fields, where)
-    check_keys(data, fields, where)
+    check_keys(data, fields, where, keys_help)
     hints = typing.get_type_hints(cls)
     kwargs = {name: coerce(value, hints[name], f"{where}: {name}") for name, value in data.items()}
     for name, value in kwargs.items():
@@ -277,8 +382,9 @@ def build(cls: type[T], data: dict, where: str) -> T:
     return cls(**kwargs)
 
 
-def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] = (), **defaults) -> T:
-    """defaults < YAML file < key=value overrides."""
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] = (), *, keys_help: str = "",
+                **defaults) -> T:
+    """defaults < YAML file < key=value overrides; `keys_help` as in `build`."""
     where = str(path) if path else "overrides"
     fields = [f.name for f in dataclasses.fields(cls)]
     # each layer renamed on its own: an old spelling in one layer overrides the new spelling in a lower one
@@ -286,7 +392,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     data: dict = {}
     for layer in layers:
         data = merge(data, renamed(layer, fields, where))
-    return build(cls, data, where)
+    return build(cls, data, where, keys_help)
 
 
 def to_dict(obj: Any) -> Any:
