@@ -150,7 +150,8 @@ def build_parser_for(argv: list[str]) -> argparse.ArgumentParser:
                                                 "-h` and `playpen submit KIND -h` list every config key.",
                                                 help_width(), break_on_hyphens=False))
     # (the commands are listed by group in the description instead of argparse's one list)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS,
+                                     prog="playpen")
     listing = commands.add_parser("list", help=LIST_HELP)
     listing.add_argument("what", choices=["models", "games"])
     listing.add_argument("-v", "--verbose", action="store_true")

@@ -4,7 +4,10 @@ Every config error is one line naming the file, the key and what is allowed, rai
 `build` is the one validation layer of every schema (train configs, job specs, sweep files, cluster profiles):
 types from the annotations, finiteness of every float (no inf/nan), and the ranges declared next to the fields
 with `bounded(default, ge=..)` (or a `bounds=` dict for schemas derived from a function's signature). CLI flags
-that mean the same thing are checked with the same `Bounds`. Sections that are handed to a library (TRL's
+that mean the same thing are checked with the same `Bounds`. Each key's help text is data too, in the field's
+metadata (`documented(default, help=..)`, `bounded(.., help=..)`), which `playpen.config_help` lists for
+`playpen train METHOD -h` and `playpen submit KIND -h`; an unknown key is refused naming its close matches and
+where that help is. Sections that are handed to a library (TRL's
 `trainer:` arguments, PEFT's `lora:`) are checked against that library's own dataclass fields by `check_keys`,
 so a typo never reaches the library silently.
 """
@@ -14,9 +17,7 @@ import dataclasses
 import difflib
 import inspect
 import math
-import shutil
 import sys
-import textwrap
 import types
 import typing
 from dataclasses import dataclass
@@ -248,94 +249,6 @@ def signature_dataclass(func, name: str, skip: tuple[str, ...] = (), extra: tupl
         fields.append((param.name, hints.get(param.name, Any), field))
     fields += [(n, tp, documented(d, help=helps.get(n, ""))) for n, tp, d in extra]
     return dataclasses.make_dataclass(name, fields, frozen=True)
-
-
-# ---------------------------------------------------------------- keys as their own documentation
-
-@dataclass(frozen=True)
-class KeyDoc:
-    """One config key as `--help` lists it."""
-
-    name: str  # nested keys are dotted: container.image, runs[].path
-    type: str  # as YAML spells it: str, int, list[str], mapping, ... | null
-    default: str | None  # as YAML writes it; None: required
-    allowed: str = ""  # the range, and why
-    help: str = ""
-
-
-def key_docs(cls: type, prefix: str = "") -> list[KeyDoc]:
-    """Every key of config dataclass `cls` in field order, each followed by the keys of a section it holds."""
-    hints = typing.get_type_hints(cls)
-    docs = []
-    for f in dataclasses.fields(cls):
-        if not f.init:
-            continue
-        tp = hints[f.name]
-        bounds = f.metadata.get(BOUNDS)
-        allowed = bounds.allowed() + (f" ({bounds.hint})" if bounds.hint else "") if bounds else ""
-        sections = _sections(tp)
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            default = None
-        elif dataclasses.is_dataclass(tp):  # a section: its own keys follow, each with its default
-            default = ""
-        else:
-            default = value_text(f.default if f.default is not dataclasses.MISSING else f.default_factory())
-        docs.append(KeyDoc(prefix + f.name, type_text(tp), default, allowed, f.metadata.get(HELP, "")))
-        for section in sections:
-            inside = "[]." if typing.get_origin(tp) in (list, tuple) else "."
-            docs += key_docs(section, prefix + f.name + inside)
-    return docs
-
-
-def _sections(tp: Any) -> list[type]:
-    """The config dataclasses a key of type `tp` holds (a section, or a list of them)."""
-    if dataclasses.is_dataclass(tp):
-        return [tp]
-    return [s for arg in typing.get_args(tp) for s in _sections(arg)]
-
-
-def type_text(tp: Any) -> str:
-    """An annotation as a YAML user reads it: `int | null`, `list[str]`, `mapping`."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return " | ".join(type_text(option) for option in typing.get_args(tp))
-    if origin in (list, tuple):
-        args = typing.get_args(tp)
-        return f"list[{type_text(args[0])}]" if args else "list"
-    if tp is type(None):
-        return "null"
-    if tp is dict or origin is dict or dataclasses.is_dataclass(tp):
-        return "mapping"
-    if tp is Any:
-        return "any"
-    if tp is Path:
-        return "path"
-    if isinstance(tp, type) and issubclass(tp, Checked):
-        return tp.__name__.lower()  # name, location: what playpen.storage checks them to be
-    return _type_name(tp)
-
-
-def value_text(value: Any) -> str:
-    """A default as YAML writes it (null, true, [all], {}), on one line."""
-    text = yaml.safe_dump(to_dict(value), default_flow_style=True, width=10_000).strip()
-    return text.removesuffix("...").strip()
-
-
-def format_keys(title: str, docs: list[KeyDoc], width: int | None = None) -> str:
-    """`title`, then one entry per key with its help indented under it, wrapped as argparse wraps --help:
-        group_size: int = 8, at least 2 (...)
-            episodes per instance ..."""
-    width = width or max(shutil.get_terminal_size().columns - 2, 40)
-    lines = textwrap.wrap(title, width, break_long_words=False, break_on_hyphens=False)
-    for doc in docs:
-        head = f"  {doc.name}: {doc.type}" + (" (required)" if doc.default is None else
-                                                f" = {doc.default}" if doc.default else "")
-        head += f", {doc.allowed}" if doc.allowed else ""
-        lines += textwrap.wrap(head, width, subsequent_indent=" " * 6, break_long_words=False, break_on_hyphens=False)
-        if doc.help:
-            lines += textwrap.wrap(doc.help, width, initial_indent=" " * 6, subsequent_indent=" " * 6,
-                                   break_long_words=False, break_on_hyphens=False)
-    return "\n".join(lines)
 
 
 # Old spellings of a setting → its one spelling: still accepted (config keys and flags), with one note per process.

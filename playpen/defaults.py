@@ -1,5 +1,6 @@
 """Defaults defined once: the generation settings that `playpen eval`, `playpen run`, sweeps, tournaments and
-re-judging start from, and the ranges every one of them checks (bottom layer: only config and errors below).
+re-judging start from, the ranges every one of them checks and what each means (bottom layer: only config and
+errors below).
 """
 from __future__ import annotations
 

@@ -376,7 +376,8 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    """playpen sweep-local CONFIG [key=value ...] | --status DIR | --aggregate DIR (here, no SLURM)."""
+    """python -m playpen.eval.sweep CONFIG [key=value ...] | --status DIR | --aggregate DIR (here, no SLURM; the
+    deprecated `playpen sweep-local`; `playpen submit sweep --executor local` runs the cells as local jobs)."""
     if not (args.status or args.aggregate or args.config):
         raise PlaypenError("give a sweep config, --status DIR or --aggregate DIR")
     if args.status:

@@ -23,7 +23,8 @@ import math
 import time
 from pathlib import Path
 
-from playpen.config import KeyDoc, check_keys, renamed, value_text
+from playpen.config import check_keys, renamed
+from playpen.config_help import KeyDoc, value_text
 from playpen.defaults import add_max_new_tokens
 from playpen.errors import PlaypenError
 from playpen.storage import check_location, exclusive_folder, not_a_link, slug, timestamp

@@ -105,7 +105,7 @@ def job_options(p: argparse.ArgumentParser) -> None:
 
 def kind_keys(kind: str) -> str:
     """Every key a `submit KIND --config` file takes, with its type, default, range and help."""
-    from playpen.config import format_keys, key_docs
+    from playpen.config_help import format_keys, key_docs
     from playpen.train.cli import method_keys
 
     if kind in TRAIN_METHODS:

@@ -134,7 +134,7 @@ def plan_doctor(args: argparse.Namespace, profile: ClusterProfile, res: exe.Reso
 
         path = folder / DOCTOR_FILE
         if not path.is_file():
-            return f"no {path}: the job ended before rank 0 wrote it (see its logs: playpen logs {folder})"
+            return f"no {path}: the job ended before rank 0 wrote it (see its logs: playpen submit logs {folder})"
         return table(from_dicts(json.loads(path.read_text())["checks"])) + f"\nreport: {path}"
 
     def verdict() -> int:

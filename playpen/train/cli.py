@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def method_keys(method: str | None) -> str:
     """Every config key of `method` with its type, default, range and help ("" for no or an unknown method)."""
-    from playpen.config import format_keys, key_docs
+    from playpen.config_help import format_keys, key_docs
     from playpen.train import METHODS
     from playpen.train.runner import load_recipe
 
