@@ -16,18 +16,18 @@
     playpen doctor [--storage-root DIR] [--skip FEATURE] [--json]   (as a job: playpen submit doctor --nodes N)
 
 Flags are spelled with dashes; clem's underscore spellings (--results_dir, --skip_gameplay, --instance_set,
---batch_size) are read as the same flags. The old routes (DEPRECATED) still work, with a note.
+--batch_size) are read as the same flags. The old routes (MOVED, DEPRECATED) still work, with a note.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
-import shutil
 import sys
 import textwrap
 
 from playpen.config import deprecated
+from playpen.config_help import help_width
 from playpen.errors import OneLineParser, guarded
 
 # command → module that provides add_arguments(parser) and main(args) -> int; imported only when needed
@@ -163,11 +163,6 @@ def build_parser_for(argv: list[str]) -> argparse.ArgumentParser:
         if name == chosen:
             importlib.import_module(module).add_arguments(sub)
     return parser
-
-
-def help_width() -> int:
-    """The width argparse wraps help to."""
-    return max(shutil.get_terminal_size().columns - 2, 40)
 
 
 def commands_help() -> str:

@@ -87,11 +87,16 @@ def value_text(value: Any) -> str:
     return text.removesuffix("...").strip()
 
 
+def help_width() -> int:
+    """The width argparse wraps --help to (the terminal's), so that what is listed under it lines up with it."""
+    return max(shutil.get_terminal_size().columns - 2, 40)
+
+
 def format_keys(title: str, docs: list[KeyDoc], width: int | None = None) -> str:
     """`title`, then one entry per key with its help indented under it, wrapped as argparse wraps --help:
         group_size: int = 8, at least 2 (...)
             episodes per instance ..."""
-    width = width or max(shutil.get_terminal_size().columns - 2, 40)
+    width = width or help_width()
     lines = textwrap.wrap(title, width, break_long_words=False, break_on_hyphens=False)
     for doc in docs:
         head = f"  {doc.name}: {doc.type}" + (" (required)" if doc.default is None else

@@ -50,6 +50,7 @@ DEFAULT_CONFIGS = {"sft": "sft/tiny_lora.yaml", "dpo": "dpo/tiny_rollouts.yaml",
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`playpen submit COMMAND ...` (also `python -m playpen.submit COMMAND ...`)."""
+    parser.epilog = "`playpen submit COMMAND -h` lists every key of the command's --config file."
     commands = parser.add_subparsers(dest="submit_command", required=True, metavar="COMMAND")
     helps = {"sft": "supervised fine-tuning", "dpo": "direct preference optimisation",
              "grpo": "GRPO on games", "rloo": "RLOO on prompts against a reward model",
