@@ -1,7 +1,7 @@
 """`playpen` command line: parse, then call one function. Heavy imports (torch, trl) happen inside commands.
 
     playpen list models [-v] | games [-v]
-    playpen train {sft,dpo,grpo,rloo,reward,rft,distill} --config configs/... [key=value ...]   (-h: every key)
+    playpen train {sft,dpo,grpo,rloo,reward,rft,distill} --config NAME_OR_PATH [key=value ...]   (-h: every key)
     playpen run my_trainer.py -l LEARNER [-p PARTNER] [-L MAX_NEW_TOKENS] [-T TEMPERATURE]
     playpen eval MODEL [PARTNER] [-g GAME ...] [-r RESULTS_DIR] [--skip-gameplay] [--instance-set SET]
     playpen data RESULTS_DIR -o dataset.jsonl [--game G] [--outcome success] [--model M]
@@ -12,6 +12,7 @@
     playpen demo [--config ...]
     playpen debate {tournament,curve,rejudge,transcripts} ...          (= python -m playpen.debate.TOOL)
     playpen models build-tiny|convert-smol [--out DIR] [--force]   (= python -m playpen.models.tiny|smol)
+    playpen configs list | copy NAME [DEST]                         (the shipped configs, by name)
     playpen containers render|check                                 (= python -m playpen.containers)
     playpen doctor [--storage-root DIR] [--skip FEATURE] [--json]   (as a job: playpen submit doctor --nodes N)
 
@@ -47,6 +48,8 @@ COMMANDS = {
     "screen": ("playpen.eval.screening", "each instance's pass rate under a model; write those strictly between "
                                          "0 and 1 as an instances file (GRPO's split:)"),
     "models": ("playpen.models.cli", "build the bundled models: build-tiny, convert-smol"),
+    "configs": ("playpen.configs_cli", "the shipped configs: list them, copy one to edit (--config takes a "
+                                       "file or a shipped name, e.g. grpo/demo)"),
     "containers": ("playpen.containers", "render the Apptainer defs from the lock file, or check they match it"),
     "doctor": ("playpen.doctor.cli", "will a job run here? software, devices, features tried for real, storage "
                                      "(as a job: playpen submit doctor --nodes N)"),
@@ -54,7 +57,7 @@ COMMANDS = {
 LIST_HELP = "list registered models or games"
 # `playpen --help` lists the commands by what they are for; a command not named here is listed under tools
 GROUPS = {"learn": ("train", "run", "data", "screen"), "evaluate": ("eval", "meter", "debate", "demo"),
-          "cluster": ("submit", "doctor", "containers"), "tools": ("list", "models")}
+          "cluster": ("submit", "doctor", "containers"), "tools": ("list", "models", "configs")}
 # old routes → the one route of the same action: they still work, with one deprecation note, and are not listed
 MOVED = {"build-tiny": "models build-tiny", "status": "submit status", "logs": "submit logs", "sweep": "submit sweep"}
 # old commands of their own, until they go: `sweep-local` runs a sweep's cells in this process

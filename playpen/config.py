@@ -297,7 +297,9 @@ def build(cls: type[T], data: dict, where: str, keys_help: str = "") -> T:
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] = (), *, keys_help: str = "",
                 **defaults) -> T:
-    """defaults < YAML file < key=value overrides; `keys_help` as in `build`."""
+    """defaults < YAML file < key=value overrides; `path` is a file or a shipped config's name (find_config);
+    `keys_help` as in `build`."""
+    path = find_config(path) if path else None
     where = str(path) if path else "overrides"
     fields = [f.name for f in dataclasses.fields(cls)]
     # each layer renamed on its own: an old spelling in one layer overrides the new spelling in a lower one
@@ -319,18 +321,46 @@ def dump_yaml(obj: Any) -> str:
 # ---------------------------------------------------------------- packaged defaults
 
 def packaged_configs() -> Path:
-    """playpen/configs/: the defaults the code falls back to, shipped as package data (pip install, the image)."""
+    """playpen/configs/: the one copy of every shipped config, package data (pip install, the image)."""
     from importlib.resources import files
 
     return Path(str(files("playpen") / "configs"))
 
 
+def packaged_config_names() -> list[str]:
+    """Every shipped config by the name `--config` takes: its path under playpen/configs/, a YAML file without
+    its suffix (`grpo/demo`), any other file with it (`deepspeed/zero2.json`)."""
+    root = packaged_configs()
+    files = [p for p in root.rglob("*") if p.is_file() and p.name != "README.md" and "__pycache__" not in p.parts]
+    return sorted(str(p.relative_to(root).with_suffix("") if p.suffix == ".yaml" else p.relative_to(root))
+                  for p in files)
+
+
 def config_file(path: str | Path) -> Path:
-    """A config-side file named in a config or on a command line (`configs/deepspeed/zero2.json`, a prompts file):
-    as given, relative to the working directory; else, for a `configs/...` path, playpen's packaged copy of it.
+    """A config-side file named on a command line or in a config (`--config`, `deepspeed:`, `prompts:`): an
+    existing path as given; else a shipped config by name, the same everywhere (any folder, the image):
+    `grpo/demo`, `grpo/demo.yaml` and `configs/grpo/demo.yaml` all name playpen/configs/grpo/demo.yaml.
     Returns the path as given when neither exists (the caller says what is missing)."""
     given = Path(path).expanduser()
-    if given.exists() or given.is_absolute() or given.parts[:1] != ("configs",):
+    if given.exists() or given.is_absolute() or ".." in given.parts or not given.parts:
         return given
-    packaged = packaged_configs().joinpath(*given.parts[1:])
-    return packaged if packaged.exists() else given
+    parts = given.parts[1:] if given.parts[0] == "configs" and len(given.parts) > 1 else given.parts
+    packaged = packaged_configs().joinpath(*parts)
+    for candidate in (packaged, packaged.with_name(packaged.name + ".yaml")):
+        if candidate.is_file():
+            return candidate
+    return given
+
+
+def find_config(path: str | Path, what: str = "config file") -> Path:
+    """`--config NAME_OR_PATH`: config_file's answer, or one line naming what was looked for and the closest
+    shipped names. A folder or an unreadable file is returned as it is (load_yaml says what is wrong)."""
+    found = config_file(path)
+    if found.exists():
+        return found
+    names = packaged_config_names()
+    stem = str(path).removeprefix("configs/").removesuffix(".yaml")
+    close = difflib.get_close_matches(stem, names, n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    raise PlaypenError(f"{what} {path} not found: no such file here, nor a shipped config of that name "
+                       f"(playpen configs list){hint}")

@@ -1,6 +1,6 @@
 """The demo's proof on held-out data: clemscore of the untrained model vs the trained adapter.
 
-    playpen demo [--config configs/grpo/demo.yaml] [key=value ...]      (= python -m playpen.demo)
+    playpen demo [--config grpo/demo] [key=value ...]      (= python -m playpen.demo)
 
 Run after `python -m playpen.submit grpo --config ... --wait` (what `make demo` does). It finds the run dir the
 same way the trainer does (config hash), evaluates the base model and the run's registered adapter on the
@@ -15,7 +15,6 @@ import statistics
 import sys
 from pathlib import Path
 
-from playpen.config import packaged_configs
 from playpen.errors import PlaypenError
 from playpen.storage import RunDir, atomic_write_json
 
@@ -78,8 +77,8 @@ def plot(results: dict, out: Path) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=str(packaged_configs() / "grpo" / "demo.yaml"),
-                        help="the trained run's config (default: the demo)")
+    parser.add_argument("--config", default="grpo/demo",
+                        help="the trained run's config, a file or a shipped config's name (default: grpo/demo)")
     parser.add_argument("--method", default="grpo")
     parser.add_argument("--samples", type=int, default=SAMPLES,
                         help="evaluations at the rollout temperature, one per sampling seed (default: %(default)s)")

@@ -29,7 +29,7 @@ def work(home: Path) -> Path:  # noqa: F811
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "data" / "golden"
-CONFIGS = REPO / "configs"
+CONFIGS = REPO / "playpen" / "configs"
 STAMP = re.compile(r"\d{8}-\d{6}-\d+")  # the submission folder's time and pid
 
 # values that would write lines of their own into a script, or run a command when a shell reads them

@@ -1,4 +1,4 @@
-"""Judge win rate per iteration of an iterative-DPO debate run (configs/dpo/debate_iterative.yaml).
+"""Judge win rate per iteration of an iterative-DPO debate run (dpo/debate_iterative).
 
     playpen debate curve RUNS/<experiment>/<run_id> [--instances 30] [-T 0]
 

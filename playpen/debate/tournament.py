@@ -3,8 +3,8 @@ played by clemcore's runner with one model per seat; then a results table (win r
 correct and the incorrect side, as A and as B; judge accuracy; a Bradley-Terry rating on the Elo scale) and a
 heatmap. Consultancy: every consultant before every judge (no pairs, no rating).
 
-    playpen debate tournament configs/debate/tournament_tiny.yaml [key=value ...]   (here)
-    python -m playpen.submit tournament --config configs/debate/tournament_tiny.yaml   (one job-array task per match)
+    playpen debate tournament debate/tournament_tiny [key=value ...]   (here)
+    python -m playpen.submit tournament --config debate/tournament_tiny   (one job-array task per match)
 
 Output folder: records/ (clem layout, scored: `playpen debate rejudge` and `playpen data` read
 it), played/<seating>.json (one per finished match), matches.json (one row per episode), results.md and
@@ -283,9 +283,10 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from playpen.config import load_config
+    from playpen.config import find_config, load_config
 
-    result = run(load_config(TournamentConfig, args.config, list(args.overrides), keys_help=KEYS_HELP), args.config)
+    config = find_config(args.config)  # a file, or a shipped config's name (debate/tournament_tiny)
+    result = run(load_config(TournamentConfig, config, list(args.overrides), keys_help=KEYS_HELP), str(config))
     print((Path(result["dir"]) / "results.md").read_text())
     return 0
 

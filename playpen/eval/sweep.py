@@ -1,6 +1,6 @@
 """Eval sweeps: models and training-run checkpoints × games (and × meters), one cell each, idempotent and resumable.
 
-    sweep = load_sweep("configs/sweeps/tiny.yaml", ["max_new_tokens=32"])   # all checks; nothing runs or is written
+    sweep = load_sweep("sweeps/tiny", ["max_new_tokens=32"])   # all checks; nothing runs or is written
     cells = sweep.pending_cells()          # writes <sweep_dir>/sweep.json; cells that are not done (or running)
     for cell in cells: run_cell(sweep.dir, cell)      # what one job-array task does (picklable, cwd-independent)
     aggregate(sweep.dir)                   # sweep.csv, sweep.html, plots/*.png
@@ -208,12 +208,13 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
     """Read and check a sweep file: every model, run, checkpoint and game resolved now (one-line errors);
     nothing is written. The sweep dir is output_dir, else <storage_root>/sweeps/<name> with the file's
     storage_root, else the `storage_root` argument (e.g. a cluster profile's), else $PLAYPEN_STORAGE or ./runs."""
-    from playpen.config import load_config
+    from playpen.config import find_config, load_config
     from playpen.eval.pairs import plays_with, resolve_partner
     from playpen.models.specs import resolve_eval_model
     from playpen.games.instances import instances_file
     from playpen.games.registry import is_selector, select_games
 
+    path = find_config(path, "sweep file")  # a file, or a shipped sweep's name (sweeps/tiny)
     config = load_config(SweepConfig, path, list(overrides), keys_help="every key: `playpen submit sweep --help`")
     where = str(path)
     if config.player not in ("auto", "engine", "clemcore"):

@@ -81,4 +81,4 @@ def resolve_deepspeed(path: str | None, where: str) -> str | None:
         except json.JSONDecodeError as e:
             raise PlaypenError(f"{candidate}:{e.lineno}:{e.colno}: malformed DeepSpeed JSON: {e.msg}") from None
         return str(candidate.absolute())
-    raise PlaypenError(f"{where}: deepspeed config {path} not found (e.g. configs/deepspeed/zero2.json)")
+    raise PlaypenError(f"{where}: deepspeed config {path} not found (e.g. deepspeed/zero2.json)")

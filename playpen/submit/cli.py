@@ -1,10 +1,10 @@
 """`playpen submit` (= `python -m playpen.submit`): send a training, eval or sweep job to SLURM (or run it as local
 processes).
 
-    python -m playpen.submit {sft,dpo,grpo} [--config configs/grpo/demo.yaml] [--nodes N] [--gpus-per-node G]
+    python -m playpen.submit {sft,dpo,grpo} [--config grpo/demo] [--nodes N] [--gpus-per-node G]
         [--cluster PROFILE] [--executor slurm|local] [--container IMAGE.sif|none] [--dry-run] [--wait] [key=value ...]
     python -m playpen.submit eval --config EVAL.yaml ...       python -m playpen.submit sweep --config SWEEP.yaml ...
-    python -m playpen.submit tournament --config configs/debate/tournament_tiny.yaml ...   (one array task per match)
+    python -m playpen.submit tournament --config debate/tournament_tiny ...   (one array task per match)
     python -m playpen.submit doctor [--nodes N] [--gpus-per-node G] [--storage-root DIR] [--skip FEATURE] ...
         (`playpen doctor` on every rank, plus the rendezvous, an all-reduce and the start latency)
     python -m playpen.submit status RUN_OR_SWEEP_DIR [-n LINES]
@@ -23,7 +23,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from playpen.config import packaged_configs
+from playpen.config import find_config, packaged_configs
 from playpen.doctor.features import FEATURES
 from playpen.errors import PlaypenError
 from playpen.storage import timestamp
@@ -63,7 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name in SUBMIT_COMMANDS:
         p = commands.add_parser(name, help=helps[name])
         p.add_argument("-c", "--config", default=None,
-                       help=f"experiment YAML (default: configs/{DEFAULT_CONFIGS[name]}, on playpen-tiny)")
+                       help=f"experiment YAML: a file or a shipped config's name (playpen configs list; "
+                            f"default: {DEFAULT_CONFIGS[name].removesuffix('.yaml')}, on playpen-tiny)")
         job_options(p)
         p.keys_help = lambda args, kind=name: kind_keys(kind)
     doctor = commands.add_parser("doctor", help="playpen doctor as a job on N nodes: every rank's checks, the "
@@ -169,7 +170,7 @@ def submit(args: argparse.Namespace) -> int:
     if not args.dry_run:
         profile = exe.check_container(profile)
     config = "" if args.command == "doctor" else \
-        str(Path(args.config).expanduser().absolute()) if args.config else default_config(args.command)
+        str(find_config(args.config).absolute()) if args.config else default_config(args.command)
     if args.command == "doctor":
         plan = plan_doctor(args, profile, res)
     elif args.command in TRAIN_METHODS:

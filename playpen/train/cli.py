@@ -9,7 +9,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("method", metavar="METHOD", help="sft, dpo, grpo, rloo, reward, rft (expert iteration) or "
                         "distill (on-policy distillation); `playpen train METHOD -h` lists its config keys")
     parser.add_argument("-c", "--config", default=None,
-                        help="YAML config (its first line shows the command), e.g. configs/grpo/demo.yaml")
+                        help="YAML config (its first line shows the command), e.g. grpo/demo")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="override config keys, e.g. trainer.max_steps=10 run_id=try2 lora=null")
     parser.keys_help = lambda args: method_keys(getattr(args, "method", None))

@@ -1,7 +1,7 @@
 """DPO from a static preference file or from branching game rollouts, optionally iterated.
 
-    playpen train dpo --config configs/dpo/tiny_static.yaml      # data: prefs.jsonl
-    playpen train dpo --config configs/dpo/tiny_rollouts.yaml    # game: wordle, iterations: 2
+    playpen train dpo --config dpo/tiny_static      # data: prefs.jsonl
+    playpen train dpo --config dpo/tiny_rollouts    # game: wordle, iterations: 2
 
 Static: rows {"prompt": [...messages] | str, "chosen": [...] | str, "rejected": [...] | str}.
 Rollouts: the learner plays each instance once, then `group_size - 1` branches replay it from just before one

@@ -1,6 +1,6 @@
 """GRPO on games: the learner plays each training instance `group_size` times; reward = the episode's outcome.
 
-    playpen train grpo --config configs/grpo/demo.yaml [key=value ...]
+    playpen train grpo --config grpo/demo [key=value ...]
 
 TRL's GRPOTrainer does the algorithm (group-normalised advantages, clipped policy loss, KL to the reference
 with beta; with LoRA the reference is the model with adapters off); playpen supplies `rollout_func`:

@@ -31,7 +31,7 @@ class TrainConfig:
                                    factory=dict)
     quantization: str | None = documented(None, help="null, 4bit or 8bit (bitsandbytes; QLoRA with lora)")
     dtype: str = documented("auto", help="auto, float32, bfloat16 or float16: the weights as loaded")
-    deepspeed: str | None = documented(None, help="a DeepSpeed config, e.g. configs/deepspeed/zero2.json")
+    deepspeed: str | None = documented(None, help="a DeepSpeed config, e.g. deepspeed/zero2.json")
     register: bool = documented(True, help="write <run>/model_registry.json, so `playpen eval` finds the model")
     allow_config_change: bool = documented(False, help="rerun an existing run id with other values (e.g. more "
                                                         "max_steps); refused without it, so one run never mixes "

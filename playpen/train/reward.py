@@ -1,6 +1,6 @@
 """Reward models: TRL's RewardTrainer (Bradley-Terry loss on chosen vs rejected) on preference pairs.
 
-    playpen train reward --config configs/reward/tiny_sentiment.yaml [key=value ...]
+    playpen train reward --config reward/tiny_sentiment [key=value ...]
 
 The model is the configured base model loaded as a sequence classifier with one output (a new `score` head on
 top of the LM; with LoRA the head is trained in full, `modules_to_save`). Pairs (`playpen.reward.pairs`) come

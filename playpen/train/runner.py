@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 
 from playpen import distributed
-from playpen.config import load_config
+from playpen.config import find_config, load_config
 from playpen.errors import PlaypenError
 from playpen.models import modeling, service
 from playpen.storage import RunDir, checkpoints_in, storage_full
@@ -70,6 +70,7 @@ def check_config(recipe: Recipe, cfg, where: str) -> str | None:
 @service.once  # the learner and the teacher are resolved once per run (checked, loaded, registered)
 def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
     recipe = load_recipe(method)
+    config_path = find_config(config_path) if config_path else None  # a file, or a shipped config's name
     cfg = load_config(recipe.Config, config_path, overrides, keys_help=keys_help(method))
     where = str(config_path) if config_path else "overrides"
     # ---- check: nothing is written before all of this passed

@@ -1,6 +1,6 @@
 """SFT: supervised fine-tuning on game transcripts, full weights or LoRA/QLoRA, loss on assistant turns only.
 
-    playpen train sft --config configs/sft/tiny_lora.yaml [key=value ...]
+    playpen train sft --config sft/tiny_lora [key=value ...]
 
 Data: a jsonl file made by `playpen data RESULTS_DIR -o sft.jsonl` (rows {"messages": [...], "meta": {...}}).
 The chat template marks assistant tokens ({% generation %}; TRL swaps in a marked copy of known templates), so
