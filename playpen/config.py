@@ -4,7 +4,10 @@ Every config error is one line naming the file, the key and what is allowed, rai
 `build` is the one validation layer of every schema (train configs, job specs, sweep files, cluster profiles):
 types from the annotations, finiteness of every float (no inf/nan), and the ranges declared next to the fields
 with `bounded(default, ge=..)` (or a `bounds=` dict for schemas derived from a function's signature). CLI flags
-that mean the same thing are checked with the same `Bounds`. Sections that are handed to a library (TRL's
+that mean the same thing are checked with the same `Bounds`. Each key's help text is data too, in the field's
+metadata (`documented(default, help=..)`, `bounded(.., help=..)`), which `playpen.config_help` lists for
+`playpen train METHOD -h` and `playpen submit KIND -h`; an unknown key is refused naming its close matches and
+where that help is. Sections that are handed to a library (TRL's
 `trainer:` arguments, PEFT's `lora:`) are checked against that library's own dataclass fields by `check_keys`,
 so a typo never reaches the library silently.
 """
@@ -27,6 +30,7 @@ from playpen.errors import PlaypenError
 
 T = TypeVar("T")
 BOUNDS = "playpen.bounds"  # dataclass field metadata key of a field's Bounds
+HELP = "help"  # dataclass field metadata key of a key's help text (the key TRL's and open-r1's fields use)
 
 
 @dataclass(frozen=True)
@@ -58,15 +62,22 @@ class Bounds:
             return f"{low} and at most {self.le:g}"
         return low or f"at most {self.le:g}"
 
-    def field(self, default: Any = dataclasses.MISSING) -> Any:
-        """A dataclass field with these bounds, enforced by `build`."""
-        return dataclasses.field(default=default, metadata={BOUNDS: self})
+    def field(self, default: Any = dataclasses.MISSING, help: str = "") -> Any:
+        """A dataclass field with these bounds, enforced by `build`, and its help text."""
+        return dataclasses.field(default=default, metadata={BOUNDS: self, HELP: help})
 
 
 def bounded(default: Any = dataclasses.MISSING, *, ge: float | None = None, gt: float | None = None,
-            le: float | None = None, hint: str = "") -> Any:
-    """`max_new_tokens: int = bounded(64, ge=1)`: a config field whose range `build` checks."""
-    return Bounds(ge, gt, le, hint).field(default)
+            le: float | None = None, hint: str = "", help: str = "") -> Any:
+    """`max_new_tokens: int = bounded(64, ge=1, help="per reply")`: a config key whose range `build` checks;
+    `playpen train METHOD --help` shows the range, the hint and the help."""
+    return Bounds(ge, gt, le, hint).field(default, help)
+
+
+def documented(default: Any = dataclasses.MISSING, *, help: str, factory: Any = dataclasses.MISSING) -> Any:
+    """`game: str | None = documented(None, help="...")`: a config key with its help text as data, which
+    `playpen train METHOD --help` and `playpen submit KIND --help` list (`factory` makes a mutable default)."""
+    return dataclasses.field(default=default, default_factory=factory, metadata={HELP: help})
 
 
 class Checked(str):
@@ -151,13 +162,16 @@ def merge(base: dict, extra: dict) -> dict:
     return merged
 
 
-def check_keys(data: dict, allowed: typing.Iterable[str], where: str) -> None:
+def check_keys(data: dict, allowed: typing.Iterable[str], where: str, keys_help: str = "") -> None:
+    """Every key of `data` is allowed; an unknown one is refused with its close matches and `keys_help` (where
+    every key is described, e.g. "every key: `playpen train sft --help`"), else the list of allowed keys."""
     allowed = sorted(allowed)
     for key in data:
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=3)
             hint = f"did you mean {', '.join(close)}? " if close else ""
-            raise PlaypenError(f"{where}: unknown key '{key}'; {hint}allowed: {', '.join(allowed)}")
+            rest = f"({keys_help})" if keys_help else f"allowed: {', '.join(allowed)}"
+            raise PlaypenError(f"{where}: unknown key '{key}'; {hint}{rest}")
 
 
 def _type_name(tp: Any) -> str:
@@ -216,21 +230,24 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
 
 
 def signature_dataclass(func, name: str, skip: tuple[str, ...] = (), extra: tuple = (),
-                        bounds: dict[str, Bounds] | None = None, types: dict[str, Any] | None = None) -> type:
+                        bounds: dict[str, Bounds] | None = None, types: dict[str, Any] | None = None,
+                        helps: dict[str, str] | None = None) -> type:
     """A config dataclass whose keys are `func`'s own keyword arguments (types and defaults included), plus
     `extra` (name, type, default) fields: a job's YAML keys cannot drift from the function the job calls.
     `bounds` gives arguments their ranges, checked by `build` as any other field's; `types` replaces an
-    argument's annotation (e.g. a path that must be a `Location` in a job's YAML)."""
+    argument's annotation (e.g. a path that must be a `Location` in a job's YAML); `helps` their help texts."""
     hints = {**typing.get_type_hints(func), **(types or {})}
-    bounds = bounds or {}
+    bounds, helps = bounds or {}, helps or {}
     fields = []
     for param in inspect.signature(func).parameters.values():
         if param.name in skip or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         default = dataclasses.MISSING if param.default is param.empty else param.default
-        field = bounds[param.name].field(default) if param.name in bounds else dataclasses.field(default=default)
+        help_text = helps.get(param.name, "")
+        field = bounds[param.name].field(default, help_text) if param.name in bounds else \
+            documented(default, help=help_text)
         fields.append((param.name, hints.get(param.name, Any), field))
-    fields += [(n, tp, dataclasses.field(default=d)) for n, tp, d in extra]
+    fields += [(n, tp, documented(d, help=helps.get(n, ""))) for n, tp, d in extra]
     return dataclasses.make_dataclass(name, fields, frozen=True)
 
 
@@ -260,11 +277,12 @@ def renamed(data: dict, fields: typing.Iterable[str], where: str) -> dict:
     return data
 
 
-def build(cls: type[T], data: dict, where: str) -> T:
-    """Build dataclass `cls` from `data`; `where` is "file.yaml" or "file.yaml: section" for messages."""
+def build(cls: type[T], data: dict, where: str, keys_help: str = "") -> T:
+    """Build dataclass `cls` from `data`; `where` is "file.yaml" or "file.yaml: section" for messages, `keys_help`
+    says where every key is described (check_keys)."""
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     data = renamed(data, fields, where)
-    check_keys(data, fields, where)
+    check_keys(data, fields, where, keys_help)
     hints = typing.get_type_hints(cls)
     kwargs = {name: coerce(value, hints[name], f"{where}: {name}") for name, value in data.items()}
     for name, value in kwargs.items():
@@ -277,8 +295,10 @@ def build(cls: type[T], data: dict, where: str) -> T:
     return cls(**kwargs)
 
 
-def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] = (), **defaults) -> T:
-    """defaults < YAML file < key=value overrides; `path` is a file or a shipped config's name (find_config)."""
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] = (), *, keys_help: str = "",
+                **defaults) -> T:
+    """defaults < YAML file < key=value overrides; `path` is a file or a shipped config's name (find_config);
+    `keys_help` as in `build`."""
     path = find_config(path) if path else None
     where = str(path) if path else "overrides"
     fields = [f.name for f in dataclasses.fields(cls)]
@@ -287,7 +307,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     data: dict = {}
     for layer in layers:
         data = merge(data, renamed(layer, fields, where))
-    return build(cls, data, where)
+    return build(cls, data, where, keys_help)
 
 
 def to_dict(obj: Any) -> Any:

@@ -283,7 +283,7 @@ FLAGS = {
     "eval -T -1": (EVAL + ["-T", "-1"], "-T/--temperature: must be at least 0, got -1.0 (0 is greedy)"),
     "eval -L 0": (EVAL + ["-L", "0"], "-L/--max-new-tokens: must be at least 1, got 0"),
     "eval -L -3": (EVAL + ["-L", "-3"], "-L/--max-new-tokens: must be at least 1, got -3"),
-    "eval -b 0": (EVAL + ["-b", "0"], "-b/--batch_size: must be at least 1, got 0"),
+    "eval -b 0": (EVAL + ["-b", "0"], "-b/--batch-size: must be at least 1, got 0"),
     "eval --instances 0": (EVAL + ["--instances", "0"], "--instances: must be at least 1, got 0"),
     "eval --instances -2": (EVAL + ["--instances", "-2"], "--instances: must be at least 1, got -2"),
     "eval --seed -1": (EVAL + ["--seed", "-1"], "--seed: must be at least 0, got -1"),
@@ -403,7 +403,7 @@ def test_sweep_values(capsys, home, case):
     extra, message = SWEEPS[case]
     key = extra.split(":")[0]
     text = "\n".join(line for line in SWEEP.splitlines() if not line.startswith(key + ":")) + "\n" + extra + "\n"
-    check(capsys, home, ["sweep", "--config", "s.yaml", "--executor", "local", "--dry-run"], message,
+    check(capsys, home, ["submit", "sweep", "--config", "s.yaml", "--executor", "local", "--dry-run"], message,
           {"s.yaml": text})
 
 

@@ -17,30 +17,33 @@ import itertools
 import json
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from playpen.config import documented
 from playpen.debate.records import Episode, episodes_under, mean
-from playpen.defaults import BATCH_SIZE, MAX_NEW_TOKENS, TEMPERATURE
+from playpen.defaults import BATCH_SIZE, EVAL_HELP, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
 from playpen.storage import Location, Name, atomic_write_json, exclusive_folder, path_under, slug_joined
 
+KEYS_HELP = "every key: `playpen submit tournament --help`"  # (the keys of `playpen debate tournament` too)
 PROGRAMMATIC = "programmatic"  # the expert advocate in an advocate's seat, the programmatic judge in the judge's
 
 
 @dataclass
 class TournamentConfig:
-    name: Name
-    debaters: list[str] = field(default_factory=list)  # registry names or "programmatic" (consultants too)
-    judges: list[str] = field(default_factory=list)
-    game: str = "debate"                 # or consultancy
-    instances: str = "validation"        # instance set (validation: every seat is the model given for it)
-    max_instances: int | None = 6        # per match, spread over experiments
-    self_play: bool = False              # debate: also each debater against itself
-    max_new_tokens: int = MAX_NEW_TOKENS
-    temperature: float = TEMPERATURE
-    batch_size: int = BATCH_SIZE
-    output_dir: Location = "runs/tournaments"  # the tournament folder is <output_dir>/<name>
+    name: Name = documented(help="the tournament's name: its folder is <output_dir>/<name>")
+    debaters: list[str] = documented(help="registry names or programmatic (consultants too)", factory=list)
+    judges: list[str] = documented(help="registry names or programmatic", factory=list)
+    game: str = documented("debate", help="debate or consultancy")
+    instances: str = documented("validation", help="instance set (validation: every seat is the model given for "
+                                                   "it)")
+    max_instances: int | None = documented(6, help="per match, spread over experiments")
+    self_play: bool = documented(False, help="debate: also each debater against itself")
+    max_new_tokens: int = documented(MAX_NEW_TOKENS, help=EVAL_HELP["max_new_tokens"])
+    temperature: float = documented(TEMPERATURE, help=EVAL_HELP["temperature"])
+    batch_size: int = documented(BATCH_SIZE, help=EVAL_HELP["batch_size"])
+    output_dir: Location = documented("runs/tournaments", help="the tournament folder is <output_dir>/<name>")
 
 
 def check(cfg: TournamentConfig, where: str) -> None:
@@ -283,7 +286,7 @@ def main(args) -> int:
     from playpen.config import find_config, load_config
 
     config = find_config(args.config)  # a file, or a shipped config's name (debate/tournament_tiny)
-    result = run(load_config(TournamentConfig, config, list(args.overrides)), str(config))
+    result = run(load_config(TournamentConfig, config, list(args.overrides), keys_help=KEYS_HELP), str(config))
     print((Path(result["dir"]) / "results.md").read_text())
     return 0
 

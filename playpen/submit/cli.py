@@ -28,6 +28,7 @@ from playpen.doctor.features import FEATURES
 from playpen.errors import PlaypenError
 from playpen.storage import timestamp
 from playpen.submit import executor as exe
+from playpen.submit import jobs
 from playpen.submit import status
 from playpen.submit.plans import Plan, plan_doctor, plan_eval, plan_meter, plan_sweep, plan_tournament, plan_train
 from playpen.submit.profiles import ClusterProfile, load_profile, with_container
@@ -49,6 +50,7 @@ DEFAULT_CONFIGS = {"sft": "sft/tiny_lora.yaml", "dpo": "dpo/tiny_rollouts.yaml",
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`playpen submit COMMAND ...` (also `python -m playpen.submit COMMAND ...`)."""
+    parser.epilog = "`playpen submit COMMAND -h` lists every key of the command's --config file."
     commands = parser.add_subparsers(dest="submit_command", required=True, metavar="COMMAND")
     helps = {"sft": "supervised fine-tuning", "dpo": "direct preference optimisation",
              "grpo": "GRPO on games", "rloo": "RLOO on prompts against a reward model",
@@ -60,10 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "tournament": "a debate/consultancy tournament as one job array (a task per match)"}
     for name in SUBMIT_COMMANDS:
         p = commands.add_parser(name, help=helps[name])
-        p.add_argument("--config", default=None,
+        p.add_argument("-c", "--config", default=None,
                        help=f"experiment YAML: a file or a shipped config's name (playpen configs list; "
                             f"default: {DEFAULT_CONFIGS[name].removesuffix('.yaml')}, on playpen-tiny)")
         job_options(p)
+        p.keys_help = lambda args, kind=name: kind_keys(kind)
     doctor = commands.add_parser("doctor", help="playpen doctor as a job on N nodes: every rank's checks, the "
                                                 "rendezvous, an all-reduce (NCCL or gloo) and the start latency")
     job_options(doctor)
@@ -100,6 +103,30 @@ def job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", action="store_true",
                    help="block until the job ends, showing its progress, and print its result")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+
+
+def kind_keys(kind: str) -> str:
+    """Every key a `submit KIND --config` file takes, with its type, default, range and help."""
+    from playpen.config_help import format_keys, key_docs
+    from playpen.train.cli import method_keys
+
+    if kind in TRAIN_METHODS:
+        return method_keys(kind)
+    if kind == "meter":
+        from playpen.reward import meter
+
+        docs = meter.key_docs()
+    elif kind == "eval":
+        docs = key_docs(jobs.EvalSpec)
+    elif kind == "sweep":
+        from playpen.eval.sweep import SweepConfig
+
+        docs = key_docs(SweepConfig)
+    else:
+        from playpen.debate.tournament import TournamentConfig
+
+        docs = key_docs(TournamentConfig)
+    return format_keys(f"config keys of {kind} (in the --config file, or key=value after it):", docs)
 
 
 def run(args: argparse.Namespace) -> int:

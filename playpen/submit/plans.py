@@ -47,10 +47,10 @@ def plan_train(args: argparse.Namespace, profile: ClusterProfile, config: str, r
     """The trainer's own config class checks keys and types now; the run id is pinned so the job, its
     requeues and a resubmission of the same command all use one run dir (the trainer's default id)."""
     from playpen.train.run_folder import run_id_of
-    from playpen.train.runner import check_config, load_recipe
+    from playpen.train.runner import check_config, keys_help, load_recipe
 
     recipe = load_recipe(args.command)
-    cfg = load_config(recipe.Config, config, list(args.overrides))
+    cfg = load_config(recipe.Config, config, list(args.overrides), keys_help=keys_help(args.command))
     check_config(recipe, cfg, config)  # trainer values, key.json: refused now, not after the job started
     from playpen.games.registry import resolve_game
     from playpen.registry import resolve_model
@@ -75,7 +75,7 @@ def plan_eval(args: argparse.Namespace, profile: ClusterProfile, config: str, re
     from playpen.games.registry import select_games
     from playpen.models.specs import resolve_eval_model
 
-    spec = load_config(jobs.EvalSpec, config, list(args.overrides))
+    spec = load_config(jobs.EvalSpec, config, list(args.overrides), keys_help="every key: `playpen submit eval --help`")
     try:  # the model and games now, as a sweep's are, not when the job starts
         resolve_eval_model(spec.model)
         entries = select_games(spec.games, spec.suite)
@@ -134,7 +134,7 @@ def plan_doctor(args: argparse.Namespace, profile: ClusterProfile, res: exe.Reso
 
         path = folder / DOCTOR_FILE
         if not path.is_file():
-            return f"no {path}: the job ended before rank 0 wrote it (see its logs: playpen logs {folder})"
+            return f"no {path}: the job ended before rank 0 wrote it (see its logs: playpen submit logs {folder})"
         return table(from_dicts(json.loads(path.read_text())["checks"])) + f"\nreport: {path}"
 
     def verdict() -> int:
@@ -178,7 +178,7 @@ def plan_tournament(args: argparse.Namespace, profile: ClusterProfile, config: s
 
     if res.nodes > 1:
         raise PlaypenError("tournament matches run on one node each; drop --nodes")
-    cfg = load_config(tournament.TournamentConfig, config, list(args.overrides))
+    cfg = load_config(tournament.TournamentConfig, config, list(args.overrides), keys_help=tournament.KEYS_HELP)
     tournament.check(cfg, config)
     root = storage_root_for(profile, None, check=not args.dry_run)
     cfg.output_dir = str(Path(cfg.output_dir).expanduser().absolute())  # jobs run in another working directory

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from playpen.config import bounded
+from playpen.config import bounded, documented
 from playpen.errors import PlaypenError
 from playpen.models import service
 from playpen.train import game_play, rounds, sequences
@@ -36,13 +36,15 @@ from playpen.train.recipe import Session
 class Config(game_play.GameConfig):
     """Keys of GameConfig and TrainConfig; `trainer:` takes trl.SFTConfig keys, max_steps per round."""
 
-    teacher: str = game_play.PROGRAMMATIC  # who grades the learner's turns: programmatic (a built-in game's
-                                         # expert, DAgger) or a local model with the learner's tokenizer (GKD)
-    beta: float = bounded(1.0, ge=0, le=1, hint="GKD's beta: 1 reverse KL, 0 forward KL, between a JSD")
-    rounds: int = bounded(3, ge=1)       # play → grade → train rounds, each from the model the last one ended with
-    group_size: int = bounded(1, ge=1)   # episodes per instance per round
-    instances: int | None = bounded(32, ge=1)  # train instances played per round: the next ones of the split,
-                                         # shuffled once with seed (null: all of them every round)
+    teacher: str = documented(game_play.PROGRAMMATIC, help="who grades the learner's turns: programmatic (a "
+                                                           "built-in game's expert, DAgger) or a local model with "
+                                                           "the learner's tokenizer (GKD)")
+    beta: float = bounded(1.0, ge=0, le=1, hint="GKD's beta: 1 reverse KL, 0 forward KL, between a JSD",
+                          help="the divergence the learner's turns are trained on")
+    rounds: int = bounded(3, ge=1, help="play → grade → train rounds, each from the model the last one ended with")
+    group_size: int = bounded(1, ge=1, help="episodes per instance per round")
+    instances: int | None = bounded(32, ge=1, help="train instances played per round: the next ones of the split, "
+                                                   "shuffled once with seed (null: all of them every round)")
 
 
 class Distill(rounds.SFTRoundsRecipe):

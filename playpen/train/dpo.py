@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from playpen.config import bounded
+from playpen.config import bounded, documented
 from playpen.errors import PlaypenError
 from playpen import data_files
 from playpen.train import game_play, rounds
@@ -26,11 +26,11 @@ from playpen.train.recipe import Recipe, Session
 
 @dataclass
 class Config(game_play.GameConfig):
-    data: str | None = None             # static preference jsonl; or leave it out and set game:
-    iterations: int = bounded(1, ge=1)  # rollout mode: rounds of play → pairs → DPO (rounds.py)
-    # branch factor: episodes per instance sharing a prefix
-    group_size: int = bounded(4, ge=2, hint="a preference pair compares two episodes of an instance")
-    instances: int | None = bounded(16, ge=1)  # training instances played per round
+    data: str | None = documented(None, help="static preference jsonl; or leave it out and set game:")
+    iterations: int = bounded(1, ge=1, help="rollout mode: rounds of play → pairs → DPO")
+    group_size: int = bounded(4, ge=2, hint="a preference pair compares two episodes of an instance",
+                              help="branch factor: episodes per instance sharing a prefix")
+    instances: int | None = bounded(16, ge=1, help="training instances played per round")
 
 
 def _side(value, name: str) -> str | None:

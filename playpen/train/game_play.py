@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from playpen.config import bounded
+from playpen.config import bounded, documented
 from playpen.errors import PlaypenError
 from playpen.games.instances import generate_instances, instances_file, load_instances, pick_generated
 from playpen.storage import remove_tree
@@ -29,30 +29,34 @@ PROGRAMMATIC = "programmatic"  # partner (or distill's teacher): the built-in ga
 class GameConfig(TrainConfig):
     """Keys of the methods that learn from game play."""
 
-    game: str | None = None              # built-in or registered game (`playpen list games`)
-    split: str = "train"                 # instances to learn from: train, or an instances file of the game
-                                         # (a name in its in/ folder or a path); validation is held out
-    generate: dict | None = None         # {seed: N, <generator args>}: fresh instances from the game's own
-                                         # instancegenerator.py instead of split (validation duplicates dropped)
-    instances: int | None = bounded(None, ge=1)  # use N instances (shuffled with seed); null = all of the split
-    group_size: int = bounded(8, ge=1)   # episodes per instance (GRPO group / DPO branching pool)
-    partner: str | None = None           # frozen player of the other seats (registry name: local HF or remote
-                                         # API + key.json; programmatic: a built-in game's own expert); was
-                                         # `teacher:`, still read as partner where a method has no teacher
-    partner_seats: list[int] | None = None  # the seats the partner holds (default: all but the first); the
-                                         # learner holds the rest, e.g. debate [2]: a model judge, the learner
-                                         # in both debater seats (was teacher_seats)
-    self_play: bool = True               # without a partner the learner plays every role
-    train_seats: str = "all"             # self-play: "all" = episodes of a group alternate which learner seat
-                                         # is trained (every role learns); "first" = the first seat only
-    max_new_tokens: int = bounded(64, ge=1)  # per turn
-    # sampling temperature of the learner: the episodes of a group must be able to differ
-    temperature: float = bounded(1.0, gt=0, hint="episodes are sampled; 0 would play every group's episodes alike")
-    rollout_batch_size: int = bounded(64, ge=1)  # sequences generated together
-    validation_instances: int = bounded(0, ge=0)  # >0: play N validation instances at start, every
-                                                  # validation_every steps, and at the end
-    validation_every: int = bounded(0, ge=0)  # steps between validations (0: start and end only)
-    validation_temperature: float = bounded(0.0, ge=0)  # greedy by default, as clemscore evaluation plays
+    game: str | None = documented(None, help="built-in or registered game (`playpen list games`)")
+    split: str = documented("train", help="instances to learn from: train, or an instances file of the game (a "
+                                          "name in its in/ folder or a path); validation is held out")
+    generate: dict | None = documented(None, help="{seed: N, <generator args>}: fresh instances from the game's own "
+                                                  "instancegenerator.py instead of split (validation duplicates "
+                                                  "dropped)")
+    instances: int | None = bounded(None, ge=1, help="use N instances (shuffled with seed); null: all of the split")
+    group_size: int = bounded(8, ge=1, help="episodes per instance (GRPO group / DPO branching pool)")
+    partner: str | None = documented(None, help="frozen player of the other seats (registry name: local HF or "
+                                                "remote API + key.json; programmatic: a built-in game's own "
+                                                "expert); was teacher:, still read as partner where a method has no "
+                                                "teacher")
+    partner_seats: list[int] | None = documented(None, help="the seats the partner holds (default: all but the "
+                                                            "first); the learner holds the rest, e.g. debate [2]: a "
+                                                            "model judge, the learner in both debater seats (was "
+                                                            "teacher_seats)")
+    self_play: bool = documented(True, help="without a partner the learner plays every role")
+    train_seats: str = documented("all", help="self-play: all = episodes of a group alternate which learner seat "
+                                              "is trained (every role learns); first = the first seat only")
+    max_new_tokens: int = bounded(64, ge=1, help="max new tokens per learner turn")
+    temperature: float = bounded(1.0, gt=0, hint="episodes are sampled; 0 would play every group's episodes alike",
+                                 help="sampling temperature of the learner: the episodes of a group must be able "
+                                      "to differ")
+    rollout_batch_size: int = bounded(64, ge=1, help="sequences generated together")
+    validation_instances: int = bounded(0, ge=0, help="above 0: play N validation instances at the start, every "
+                                                      "validation_every steps, and at the end")
+    validation_every: int = bounded(0, ge=0, help="steps between validations (0: start and end only)")
+    validation_temperature: float = bounded(0.0, ge=0, help="greedy by default, as clemscore evaluation plays")
 
 
 def check_game(cfg: GameConfig, where: str) -> dict:

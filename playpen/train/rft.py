@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from playpen.config import bounded
+from playpen.config import bounded, documented
 from playpen.train import game_play, rounds, sequences
 from playpen.train.recipe import Session
 
@@ -26,13 +26,14 @@ from playpen.train.recipe import Session
 class Config(game_play.GameConfig):
     """Keys of GameConfig and TrainConfig; `trainer:` takes trl.SFTConfig keys, max_steps per round."""
 
-    rounds: int = bounded(3, ge=1)       # play → keep → SFT rounds, each from the model the last one ended with
-    group_size: int = bounded(4, ge=1)   # episodes played per instance per round (K)
-    instances: int | None = bounded(32, ge=1)  # train instances played per round: the next ones of the split,
-                                         # shuffled once with seed (null: all of them every round)
-    min_reward: float | None = None      # keep episodes whose reward >= this; null: the game's own Success
-    max_per_instance: int = bounded(1, ge=1)  # kept episodes per instance per round (M)
-    shuffle_rewards: bool = False        # control: keep as many episodes per instance, chosen at random
+    rounds: int = bounded(3, ge=1, help="play → keep → SFT rounds, each from the model the last one ended with")
+    group_size: int = bounded(4, ge=1, help="episodes played per instance per round (K)")
+    instances: int | None = bounded(32, ge=1, help="train instances played per round: the next ones of the split, "
+                                                   "shuffled once with seed (null: all of them every round)")
+    min_reward: float | None = documented(None, help="keep episodes whose reward >= this; null: the game's own "
+                                                     "Success")
+    max_per_instance: int = bounded(1, ge=1, help="kept episodes per instance per round (M)")
+    shuffle_rewards: bool = documented(False, help="control: keep as many episodes per instance, chosen at random")
 
 
 class RFT(rounds.SFTRoundsRecipe):

@@ -39,6 +39,11 @@ from playpen.train.reruns import already_complete, config_changes, finished_run
 from playpen.train.run_folder import hold_run_dir, prepare_run_dir, run_id_of
 
 
+def keys_help(method: str) -> str:
+    """Where every config key of `method` is described, for a message refusing an unknown one."""
+    return f"every key: `playpen train {method} --help`"
+
+
 def load_recipe(method: str) -> Recipe:
     if method not in METHODS:
         raise PlaypenError(f"unknown method '{method}'; choose one of: {', '.join(METHODS)}")
@@ -66,7 +71,7 @@ def check_config(recipe: Recipe, cfg, where: str) -> str | None:
 def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
     recipe = load_recipe(method)
     config_path = find_config(config_path) if config_path else None  # a file, or a shipped config's name
-    cfg = load_config(recipe.Config, config_path, overrides)
+    cfg = load_config(recipe.Config, config_path, overrides, keys_help=keys_help(method))
     where = str(config_path) if config_path else "overrides"
     # ---- check: nothing is written before all of this passed
     deepspeed = check_config(recipe, cfg, where)
