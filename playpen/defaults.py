@@ -1,5 +1,6 @@
 """Defaults defined once: the generation settings that `playpen eval`, `playpen run`, sweeps, tournaments and
-re-judging start from, and the ranges every one of them checks (bottom layer: only config and errors below).
+re-judging start from, the ranges every one of them checks and what each means (bottom layer: only config and
+errors below).
 """
 from __future__ import annotations
 
@@ -22,7 +23,14 @@ EVAL_BOUNDS = {
     "instances": Bounds(ge=1, le=10**7), "batch_size": Bounds(ge=1, le=1 << 16), "seed": Bounds(ge=0, le=MAX_SEED),
 }
 FLAGS = {"max_new_tokens": "-L/--max-new-tokens", "temperature": "-T/--temperature", "instances": "--instances",
-         "batch_size": "-b/--batch_size", "seed": "--seed"}
+         "batch_size": "-b/--batch-size", "seed": "--seed"}
+# what each of them means, wherever it is a config key (`submit eval` specs, sweep files)
+EVAL_HELP = {
+    "max_new_tokens": "max new tokens per reply", "temperature": "sampling temperature (0: greedy)",
+    "instances": "play at most N instances per game, spread over its experiments (null: all)",
+    "batch_size": "episodes generated together",
+    "seed": "sampling seed of the rollout engine when temperature > 0 (another seed plays other episodes)",
+}
 
 
 def check_flags(args: argparse.Namespace) -> None:
@@ -32,7 +40,7 @@ def check_flags(args: argparse.Namespace) -> None:
             EVAL_BOUNDS[name].check(getattr(args, name), flag)
 
 
-class _OldSpelling(argparse.Action):
+class OldSpelling(argparse.Action):
     """An old flag spelling: still works, with the one deprecation note per process."""
 
     def __call__(self, parser, namespace, values, option_string=None):
@@ -46,5 +54,6 @@ def add_max_new_tokens(parser: argparse.ArgumentParser, default: int | None = MA
     the old --max_tokens is accepted, hidden from --help."""
     parser.add_argument("-L", "--max-new-tokens", dest="max_new_tokens", type=int, default=default, metavar="N",
                         help=help)
-    parser.add_argument("--max_tokens", dest="max_new_tokens", type=int, action=_OldSpelling,
+    parser.add_argument("--max_tokens", dest="max_new_tokens", type=int, action=OldSpelling,
                         help=argparse.SUPPRESS)
+

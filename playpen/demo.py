@@ -1,6 +1,6 @@
 """The demo's proof on held-out data: clemscore of the untrained model vs the trained adapter.
 
-    playpen demo [--config configs/grpo/demo.yaml] [key=value ...]      (= python -m playpen.demo)
+    playpen demo [--config grpo/demo] [key=value ...]      (= python -m playpen.demo)
 
 Run after `python -m playpen.submit grpo --config ... --wait` (what `make demo` does). It finds the run dir the
 same way the trainer does (config hash), evaluates the base model and the run's registered adapter on the
@@ -14,7 +14,6 @@ import statistics
 import sys
 from pathlib import Path
 
-from playpen.config import packaged_configs
 from playpen.errors import PlaypenError
 from playpen.storage import RunDir, atomic_write_json, write_figure
 
@@ -24,9 +23,9 @@ PLOT_FILE = "demo_eval.png"
 def run_dir_for(method: str, config: str, overrides: list[str]) -> tuple[RunDir, object]:
     from playpen.config import load_config
     from playpen.train.run_folder import run_id_of
-    from playpen.train.runner import load_recipe
+    from playpen.train.runner import keys_help, load_recipe
 
-    cfg = load_config(load_recipe(method).Config, config, overrides)
+    cfg = load_config(load_recipe(method).Config, config, overrides, keys_help=keys_help(method))
     run = RunDir.for_experiment(cfg.storage_root, cfg.experiment, run_id_of(method, cfg))
     if not (run.path / "model_registry.json").is_file():
         raise PlaypenError(f"{run.path} has no trained model yet; run "
@@ -77,8 +76,8 @@ def plot(results: dict, out: Path) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=str(packaged_configs() / "grpo" / "demo.yaml"),
-                        help="the trained run's config (default: the demo)")
+    parser.add_argument("--config", default="grpo/demo",
+                        help="the trained run's config, a file or a shipped config's name (default: grpo/demo)")
     parser.add_argument("--method", default="grpo")
     parser.add_argument("--samples", type=int, default=SAMPLES,
                         help="evaluations at the rollout temperature, one per sampling seed (default: %(default)s)")

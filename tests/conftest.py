@@ -102,3 +102,37 @@ def run_ok(cwd: Path, *argv: str, timeout: int = 600) -> str:
 def playpen_ok(cwd: Path, *argv: str) -> str:
     """`playpen ARGS` in a fresh process (as a user runs it) that must succeed; its stdout."""
     return run_ok(cwd, sys.executable, "-m", "playpen.cli", *argv)
+
+
+@pytest.fixture(scope="session")
+def numberguess_player(tmp_path_factory) -> Path:
+    """playpen-tiny taught numberguess's format by 60 full-weight SFT steps on the expert's transcripts: it plays
+    (100 % well-formed) and sometimes wins when sampled, which expert iteration and distillation tests need. The
+    model folder (with its tokenizer)."""
+    import json
+
+    from playpen.games import demonstrations
+
+    folder = tmp_path_factory.mktemp("numberguess-player")
+    data = folder / "expert.jsonl"
+    data.write_text("".join(json.dumps({"messages": m}) + "\n"
+                            for m in demonstrations(300, 0, games=("numberguess",))))
+    run = train("sft", folder / "runs", "experiment=numberguess", f"data={data}", "lora=null",
+                "trainer.max_steps=60", "trainer.learning_rate=2e-3", "trainer.per_device_train_batch_size=8",
+                "trainer.save_steps=60")
+    return run.path / "final"
+
+
+def numberguess_messages(record: Path) -> list[dict]:
+    """The guesser's view of one recorded numberguess episode (interactions.json): the game master's messages as
+    user turns, the player's replies as assistant turns."""
+    import json
+
+    messages = []
+    for events in json.loads((record / "interactions.json").read_text())["turns"]:
+        for e in events:
+            if e["from"] == "GM" and e["to"] != "GM":
+                messages.append({"role": "user", "content": e["action"]["content"]})
+            elif e["to"] == "GM" and e["from"] != "GM":
+                messages.append({"role": "assistant", "content": e["action"]["content"]})
+    return messages

@@ -28,7 +28,7 @@ SUBMIT = ["submit", "sft", "--config", "sft.yaml", "--executor", "local", "--dry
 SUBMIT_GRPO = ["submit", "grpo", "--config", "grpo.yaml", "--executor", "local", "--dry-run"]
 SUBMIT_EVAL = ["submit", "eval", "--config", "e.yaml", "--executor", "local", "--dry-run"]
 METER = ["meter", "playpen-tiny", "--classifier", "vader", "--prompts", "p.jsonl"]
-TOURNAMENT = ["debate", "tournament", str(Path(__file__).resolve().parents[1] / "configs/debate/tournament_tiny.yaml")]
+TOURNAMENT = ["debate", "tournament", "debate/tournament_tiny"]  # (a shipped config, by name)
 UNREADABLE = "/proc/self/mem"  # a file that exists and cannot be read (permission bits do not stop root)
 READ_ONLY = "/sys"  # a folder that exists and takes no file
 
@@ -101,13 +101,13 @@ TRAIN_VALUES = {  # name: (argv, what the line says)
     "group_size 1 (DPO)": (DPO + ["group_size=1"],
                            "group_size: must be at least 2, got 1 (a preference pair compares two episodes"),
     "instances 0": (GRPO + ["instances=0"], "instances: must be at least 1, got 0"),
-    "teacher_seats without a teacher": (GRPO + ["game=debate", "teacher_seats=[2]"],
-                                        "teacher_seats [2] needs a teacher (teacher=<model>)"),
-    "teacher_seats out of range": (GRPO + ["game=debate", "teacher=playpen-tiny", "teacher_seats=[3]"],
-                                   "teacher_seats must be seat numbers of debate (0..2), leaving the learner at "
+    "partner_seats without a partner": (GRPO + ["game=debate", "partner_seats=[2]"],
+                                        "partner_seats [2] needs a partner (partner=<model>)"),
+    "teacher_seats out of range": (GRPO + ["game=debate", "partner=playpen-tiny", "partner_seats=[3]"],
+                                   "partner_seats must be seat numbers of debate (0..2), leaving the learner at "
                                    "least one; got [3]"),
-    "teacher_seats every seat": (GRPO + ["game=debate", "teacher=playpen-tiny", "teacher_seats=[0, 1, 2]"],
-                                 "teacher_seats must be seat numbers of debate (0..2)"),
+    "teacher_seats every seat": (GRPO + ["game=debate", "partner=playpen-tiny", "partner_seats=[0, 1, 2]"],
+                                 "partner_seats must be seat numbers of debate (0..2)"),
     "instances -3 (DPO)": (DPO + ["instances=-3"], "instances: must be at least 1, got -3"),
     "iterations 0 (DPO)": (DPO + ["iterations=0"], "iterations: must be at least 1, got 0"),
     "validation_every -2": (GRPO + ["validation_every=-2"], "validation_every: must be at least 0, got -2"),
@@ -208,7 +208,7 @@ PATHS = {
                                                               "no model"),
     "model=. (a project's registry)": (SFT + ["model=project"], "project is a folder with a model registry (mine), "
                                                                "not a model; name the model, e.g. mine"),
-    "teacher=. (a project's registry)": (GRPO + ["game=taboo", "teacher=project"],
+    "partner=. (a project's registry)": (GRPO + ["game=taboo", "partner=project"],
                                          "project is a folder with a model registry (mine), not a model"),
     # storage root
     "storage root read-only": (SFT + [f"storage_root={READ_ONLY}"], f"storage root {READ_ONLY} is not writable"),
@@ -266,14 +266,14 @@ def test_binary_instances_file(capsys, home):
 # ---------------------------------------------------------------- key.json and model registries
 
 KEYS_AND_REGISTRIES = {  # name: (argv, files written first, what the line says)
-    "key.json broken JSON": (GRPO + ["game=taboo", "teacher=gpt-4o-mini"],
+    "key.json broken JSON": (GRPO + ["game=taboo", "partner=gpt-4o-mini"],
                              {"key.json": '{"openai": {"api_key": "sk-not-a-secret",}}'},
                              "key.json:1:42: malformed JSON: Expecting property name"),
-    "key.json a list": (GRPO + ["game=taboo", "teacher=gpt-4o-mini"], {"key.json": '["openai"]'},
+    "key.json a list": (GRPO + ["game=taboo", "partner=gpt-4o-mini"], {"key.json": '["openai"]'},
                         'key.json: must map backend names to their settings'),
-    "key.json binary": (GRPO + ["game=taboo", "teacher=gpt-4o-mini"], {"key.json": b"\xff\xfe\x00{"},
+    "key.json binary": (GRPO + ["game=taboo", "partner=gpt-4o-mini"], {"key.json": b"\xff\xfe\x00{"},
                         "key file {home}/key.json is not a text file"),
-    "key.json without the entry": (GRPO + ["game=taboo", "teacher=gpt-4o-mini"], {"key.json": '{"anthropic": {}}'},
+    "key.json without the entry": (GRPO + ["game=taboo", "partner=gpt-4o-mini"], {"key.json": '{"anthropic": {}}'},
                                    "key.json has no 'openai' entry with an api_key"),
     "registry backend 42 (list models)": (["list", "models"],
                                           {"model_registry.json": '[{"model_name": "m", "backend": 42}]'},
@@ -311,7 +311,7 @@ FLAGS = {
     "eval -T -1": (EVAL + ["-T", "-1"], "-T/--temperature: must be at least 0, got -1.0 (0 is greedy)"),
     "eval -L 0": (EVAL + ["-L", "0"], "-L/--max-new-tokens: must be at least 1, got 0"),
     "eval -L -3": (EVAL + ["-L", "-3"], "-L/--max-new-tokens: must be at least 1, got -3"),
-    "eval -b 0": (EVAL + ["-b", "0"], "-b/--batch_size: must be at least 1, got 0"),
+    "eval -b 0": (EVAL + ["-b", "0"], "-b/--batch-size: must be at least 1, got 0"),
     "eval --instances 0": (EVAL + ["--instances", "0"], "--instances: must be at least 1, got 0"),
     "eval --instances -2": (EVAL + ["--instances", "-2"], "--instances: must be at least 1, got -2"),
     "eval --seed -1": (EVAL + ["--seed", "-1"], "--seed: must be at least 0, got -1"),
@@ -384,11 +384,11 @@ JOBS = {  # name: (argv, files, what the line says)
                                      "sft.yaml: trainer.learning_rate: expected float, got 'abc'"),
     "train job: max_steps 0": (SUBMIT + ["trainer.max_steps=0"], {}, "trainer.max_steps: must be at least 1"),
     "train job: group_size 1": (SUBMIT_GRPO + ["group_size=1"], {}, "grpo.yaml: group_size: must be at least 2"),
-    "train job: teacher without key": (SUBMIT_GRPO + ["teacher=gpt-4o-mini"], {},
-                                       "teacher 'gpt-4o-mini' uses the remote backend 'openai' but key.json has no"),
-    "train job: key.json broken": (SUBMIT_GRPO + ["teacher=gpt-4o-mini"], {"key.json": "{"},
+    "train job: teacher without key": (SUBMIT_GRPO + ["partner=gpt-4o-mini"], {},
+                                       "partner 'gpt-4o-mini' uses the remote backend 'openai' but key.json has no"),
+    "train job: key.json broken": (SUBMIT_GRPO + ["partner=gpt-4o-mini"], {"key.json": "{"},
                                    "key.json:1:2: malformed JSON"),
-    "train job: teacher a project folder": (SUBMIT_GRPO + ["teacher=project"], {},
+    "train job: teacher a project folder": (SUBMIT_GRPO + ["partner=project"], {},
                                             "project is a folder with a model registry (mine), not a model"),
     # eval job specs: evaluate()'s arguments, in the ranges of `playpen eval`'s flags
     "eval job: temperature nan": (SUBMIT_EVAL,
@@ -443,7 +443,7 @@ def test_sweep_values(capsys, home, case):
     extra, message = SWEEPS[case]
     key = extra.split(":")[0]
     text = "\n".join(line for line in SWEEP.splitlines() if not line.startswith(key + ":")) + "\n" + extra + "\n"
-    check(capsys, home, ["sweep", "--config", "s.yaml", "--executor", "local", "--dry-run"], message,
+    check(capsys, home, ["submit", "sweep", "--config", "s.yaml", "--executor", "local", "--dry-run"], message,
           {"s.yaml": text})
 
 

@@ -185,7 +185,7 @@ def test_one_process_per_tournament_match(tmp_path):
     from playpen.debate import tournament
     from playpen.storage import exclusive_folder
 
-    cfg = load_config(tournament.TournamentConfig, Path(__file__).parents[1] / "configs/debate/tournament_tiny.yaml",
+    cfg = load_config(tournament.TournamentConfig, "debate/tournament_tiny",
                       [f"output_dir={tmp_path}"])
     seating = tournament.matches(cfg)[0]
     marker = tournament._played_marker(cfg, seating)

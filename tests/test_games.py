@@ -40,6 +40,8 @@ def content_key(game: str, instance: dict):
         return tuple(instance["target_grid"])
     if game in READING_GAMES:
         return instance["passage"]
+    if game == "numberguess":
+        return instance["lo"], instance["secret"]
     return instance["target_word"]
 
 
@@ -85,8 +87,11 @@ def test_game_folders_are_registered_and_static_is_marked():
 @pytest.mark.parametrize("game", GAMES)
 def test_instances_validate_and_splits_are_disjoint(game):
     validation, train = rows(game, "validation"), rows(game, "train")
-    assert 20 <= len(validation) <= 60 and len(train) >= 100  # referencegame: 60, a 1-in-3 choice is noisy
-    assert len({r["experiment"]["name"] for r in validation}) == 3
+    if game == "numberguess":  # one shape in domain; a paired comparison of two learners needs hundreds of episodes
+        assert len(validation) == len(train) == 400 and {r["experiment"]["name"] for r in validation} == {"width16"}
+    else:
+        assert 20 <= len(validation) <= 60 and len(train) >= 100  # referencegame: 60, a 1-in-3 choice is noisy
+        assert len({r["experiment"]["name"] for r in validation}) == 3
     for split in (validation, train):
         ids = [r["game_instance"]["game_id"] for r in split]
         assert len(set(ids)) == len(ids) and all(isinstance(i, int) for i in ids)  # clemcore finds rows by id
@@ -199,6 +204,7 @@ def test_referencegame_and_arithmetic_score_100_or_0(correct):
     ("referencegame", ["Expression: the grid with 4 X", "Answer: fourth"]),
     ("arithmetic", ["ANSWER: seven"]),
     ("arithmetic", ["The answer is 7"]),
+    ("numberguess", ["GUESS: 70", "GUESS: 12.5"]),
 ])
 def test_malformed_responses_and_rule_breaks_abort(game, responses):
     row = rows(game)[-1]
@@ -207,6 +213,35 @@ def test_malformed_responses_and_rule_breaks_abort(game, responses):
     scores = play_scripted(game, row, [r.format(**fill) for r in responses])
     aborted, success, lose, main = outcome(scores)
     assert (aborted, success, lose) == (1, 0, 0) and math.isnan(main)
+
+
+def test_numberguess_scores_guesses_and_feedback_consistency():
+    row = next(r for r in rows("numberguess") if r["game_instance"]["secret"] - r["game_instance"]["lo"] >= 8)
+    lo, secret = row["game_instance"]["lo"], row["game_instance"]["secret"]
+    # out of range (inconsistent), too low, too high, the same again (inconsistent), then right
+    guesses = [lo - 5, lo + 1, secret + 1, secret + 1, secret]
+    scores = play_scripted("numberguess", row, [f"GUESS: {g}" for g in guesses])
+    assert outcome(scores) == (0, 1, 0, 100)
+    assert scores["episode scores"]["Guesses"] == 5 and scores["episode scores"]["Feedback Consistency"] == 3 / 5
+    scores = play_scripted("numberguess", row, [f"GUESS: {lo + 1}"] * 5)  # never uses "Higher."
+    assert outcome(scores) == (0, 0, 1, 0) and scores["episode scores"]["Feedback Consistency"] == 1 / 5
+    scores = play_scripted("numberguess", row, ["GUESS: seventy"])
+    assert outcome(scores)[0] == 1 and math.isnan(scores["episode scores"]["Feedback Consistency"])
+
+
+def test_numberguess_sets_share_no_secret_or_range_and_the_expert_wins_them_all():
+    from clemcore.clemgame.master import Outcome
+
+    sets = {split: rows("numberguess", split) for split in ("train", "validation", "instances_ood")}
+    secrets = {split: {r["game_instance"]["secret"] for r in found} for split, found in sets.items()}
+    starts = {split: {r["game_instance"]["lo"] for r in found} for split, found in sets.items()}
+    for a, b in (("train", "validation"), ("train", "instances_ood"), ("validation", "instances_ood")):
+        assert not secrets[a] & secrets[b] and not starts[a] & starts[b]
+    ood = sets["instances_ood"][0]["game_instance"]
+    assert ood["hi"] - ood["lo"] + 1 == 32 and ood["max_guesses"] == 6 and len(sets["instances_ood"]) == 300
+    for found in sets.values():
+        assert all(games.play_episode("numberguess", r, [games.expert_model()]).state.outcome is Outcome.SUCCESS
+                   for r in found)
 
 
 # ------------------------------------------------------------------ experts through clemcore's runner

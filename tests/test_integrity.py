@@ -298,10 +298,10 @@ def test_eval_where_no_episode_finished_writes_no_scores(dead_partner, home):
 
 def test_grpo_stops_when_the_teacher_fails(dead_partner, home):
     err = run_cli(home, "train", "grpo", "storage_root=runs", "experiment=dead", "run_id=r1", "game=taboo",
-                  f"teacher={dead_partner}", "self_play=false", "instances=2", "group_size=2", "max_new_tokens=8",
+                  f"partner={dead_partner}", "self_play=false", "instances=2", "group_size=2", "max_new_tokens=8",
                   "trainer.per_device_train_batch_size=2", "trainer.max_steps=2", "cpu_threads=1")
     run = home / "runs" / "dead" / "r1"
-    assert err == (f"playpen: error: teacher {dead_partner} failed in 2 of 2 episodes of step 0 (partner failed: "
+    assert err == (f"playpen: error: partner {dead_partner} failed in 2 of 2 episodes of step 0 (partner failed: "
                    f"APIConnectionError: Connection error.); stopped before training on them: check that its "
                    f"service is up and its key.json entry is valid (records: {run / 'playpen-records'})")
     assert len(list((run / "playpen-records").rglob("error.json"))) == 2  # what the teacher answered

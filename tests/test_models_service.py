@@ -110,8 +110,8 @@ def test_api_models_without_their_key_are_one_line(bench):
     (bench / "key.json").write_text(json.dumps({"anthropic": {"api_key": "sk-SECRET-VALUE"}}))
     where = f"looked in {bench / 'key.json'} or {bench / '.clemcore' / 'key.json'}"
     for argv, model, backend in [(["eval", "gpt-4o", "-g", "wordle", "-r", "res"], "model 'gpt-4o'", "openai"),
-                                 (["run", "trainer.py", "-l", "mock", "-t", "gemini-2.5-flash"],
-                                  "teacher 'gemini-2.5-flash'", "google"),
+                                 (["run", "trainer.py", "-l", "mock", "-p", "gemini-2.5-flash"],
+                                  "partner 'gemini-2.5-flash'", "google"),
                                  (["eval", "my-api-model", "-g", "wordle", "-r", "res"], "model 'my-api-model'",
                                   "openai")]:
         line = refused(bench, *argv)
@@ -125,7 +125,7 @@ def test_mock_plays_against_a_teacher_through_playpen_run(bench):
         "from playpen.train.base import BasePlaypenTrainer\n\n"
         "class T(BasePlaypenTrainer):\n    def learn(self):\n"
         "        print('learner', self.learner.name, type(self.learner).__name__, 'teacher', self.teacher.name)\n")
-    out = ok(bench, sys.executable, "-m", "playpen.cli", "run", "trainer.py", "-l", "mock", "-t", "mock")
+    out = ok(bench, sys.executable, "-m", "playpen.cli", "run", "trainer.py", "-l", "mock", "-p", "mock")
     assert "learner mock CustomResponseModel teacher mock" in out
 
 
@@ -140,7 +140,7 @@ def test_a_grpo_run_reads_the_registries_and_resolves_its_models_once(tmp_path, 
                                                                "model_name": "partner"}]))
     reads, resolved = registry.REGISTRY_READS[0], service.RESOLVED.copy()
     train("grpo", None, [f"storage_root={tmp_path / 'runs'}", "cpu_threads=1", "experiment=once", "game=taboo",
-                         "teacher=partner", "self_play=false", "instances=2", "group_size=2", "max_new_tokens=8",
+                         "partner=partner", "self_play=false", "instances=2", "group_size=2", "max_new_tokens=8",
                          "trainer.per_device_train_batch_size=2", "trainer.max_steps=1"])
     assert registry.REGISTRY_READS[0] - reads == 1  # (before the model service: 5)
     assert service.RESOLVED - resolved == {"playpen-tiny": 1, "partner": 1}  # (before: the teacher 3 times)

@@ -193,7 +193,7 @@ def test_sft_lora_and_qlora_on_smol_135m(smol, no_hub_cache, storage, quantizati
 
 @pytest.mark.slow
 def test_grpo_lora_with_smol_as_teacher(smol, no_hub_cache, storage):
-    run = train("grpo", storage, "experiment=smol-grpo", f"model={SMOL_MODEL}", "game=taboo", "teacher=smol-135m",
+    run = train("grpo", storage, "experiment=smol-grpo", f"model={SMOL_MODEL}", "game=taboo", "partner=smol-135m",
                 "self_play=false", "instances=2", "group_size=2", "max_new_tokens=8",
                 "trainer.per_device_train_batch_size=2", "trainer.max_steps=1")
     rows = [r for r in read_jsonl(run.metrics) if "reward" in r]
@@ -231,7 +231,7 @@ def test_playpen_run_with_smol_learner_and_teacher(smol, no_hub_cache, tmp_path,
         "        json.dump({'learner': self.learner.name, 'teacher': self.teacher.name,\n"
         "                   'answer': self.learner.generate_response(q)[2],\n"
         "                   'teacher_answer': self.teacher.generate_response(q)[2]}, open('out.json', 'w'))\n")
-    assert main(["run", "my_trainer.py", "-l", "smol-135m", "-t", SMOL_MODEL, "-L", "10"]) == 0
+    assert main(["run", "my_trainer.py", "-l", "smol-135m", "-p", SMOL_MODEL, "-L", "10"]) == 0
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["learner"] == out["teacher"] == SMOL_MODEL
     assert "Paris" in out["answer"] and out["answer"] == out["teacher_answer"]  # greedy, the same weights

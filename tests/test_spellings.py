@@ -136,3 +136,15 @@ def test_tournament_marker_names_are_unchanged(tmp_path):
     cfg = tournament.TournamentConfig(name="t", debaters=["a"], judges=["b"], output_dir=str(tmp_path))
     marker = tournament._played_marker(cfg, ("playpen-tiny", "programmatic", "runs/x"))
     assert marker.name == "playpen-tiny__programmatic__runs_x.json"
+
+
+def test_teacher_of_a_game_method_is_its_partner_and_distillations_teacher_is_its_grader(capsys):
+    """`teacher:` named the frozen player of the other seats until distillation's grading teacher came: a method
+    without a teacher of its own reads it as `partner:` (with one note); distill keeps both roles apart."""
+    from playpen.train import distill, grpo
+
+    cfg = pconfig.load_config(grpo.Config, None, ["experiment=x", "teacher=playpen-tiny", "teacher_seats=[1]"])
+    assert (cfg.partner, cfg.partner_seats) == ("playpen-tiny", [1])
+    assert "note: teacher is deprecated; use partner" in capsys.readouterr().err
+    cfg = pconfig.load_config(distill.Config, None, ["experiment=x", "teacher=programmatic", "partner=playpen-tiny"])
+    assert (cfg.teacher, cfg.partner) == ("programmatic", "playpen-tiny")

@@ -174,7 +174,7 @@ def test_dry_run_prints_the_gpu_cluster_script(tmp_path, monkeypatch, capsys):
 def test_dry_run_gres_and_no_gpu_flags(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", VENV_BIN)
     profile = tmp_path / "typed.yaml"
-    text = (REPO / "configs/cluster/example_gpu.yaml").read_text()  # (a second gres: key would be refused)
+    text = (REPO / "playpen/configs/cluster/example_gpu.yaml").read_text()  # (a second gres: key is refused)
     profile.write_text(re.sub(r"(?m)^gres:.*$", 'gres: "gpu:a100:4"', text))
     config = write_sft_config(tmp_path)
     assert main(["sft", "--config", str(config), "--cluster", str(profile), "--dry-run"]) == 0
@@ -196,7 +196,7 @@ def test_dry_run_gres_and_no_gpu_flags(tmp_path, monkeypatch, capsys):
 def test_dry_run_of_a_sweep_is_one_job_array(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", VENV_BIN)
     monkeypatch.chdir(tmp_path)
-    code = main(["sweep", "--config", str(REPO / "configs/sweeps/tiny.yaml"), "--cluster", "devcluster",
+    code = main(["sweep", "--config", str(REPO / "playpen/configs/sweeps/tiny.yaml"), "--cluster", "devcluster",
                  "--dry-run", f"storage_root={tmp_path / 'runs'}"])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -367,7 +367,7 @@ def test_job_runs_behind_the_container_exec_line(tmp_path, monkeypatch):
         f'while [ "$1" != "{image}" ]; do shift; done\nshift\nexec "$@"\n')
     (bin_dir / "apptainer").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{VENV_BIN}:/usr/bin:/bin")
-    text = (REPO / "configs/cluster/devcluster.yaml").read_text()
+    text = (REPO / "playpen/configs/cluster/devcluster.yaml").read_text()
     profile_file = tmp_path / "container.yaml"
     profile_file.write_text(text + f"container:\n  image: {image}\n  binds: [/data/$USER]\n"
                                    f"  python: {sys.executable}\n")

@@ -231,7 +231,7 @@ def test_meters_in_a_sweep_match_playpen_meter(tiny, tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     run = make_run(tmp_path / "runs", tiny, [10, 20], registry=False)
-    prompts = Path(__file__).parents[1] / "configs/reward/prompts/taboo_describer_validation.jsonl"
+    prompts = Path(__file__).parents[1] / "playpen/configs/reward/prompts/taboo_describer_validation.jsonl"
     settings = {"classifier": "vader", "prompts": str(prompts), "samples": 2, "limit": 3, "max_new_tokens": 8}
     path = write_sweep(tmp_path, models=["playpen-tiny"], runs=[{"path": str(run), "label": "grpo"}], games=[],
                        meters=[{"name": "sentiment", **settings}])

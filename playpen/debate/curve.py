@@ -1,6 +1,6 @@
-"""Judge win rate per iteration of an iterative-DPO debate run (configs/dpo/debate_iterative.yaml).
+"""Judge win rate per iteration of an iterative-DPO debate run (dpo/debate_iterative).
 
-    playpen debate curve RUNS/<experiment>/<run_id> [--instances 30] [--temperature 0]
+    playpen debate curve RUNS/<experiment>/<run_id> [--instances 30] [-T 0]
 
 Two views, written to <run>/debate_curve.json and <run>/debate_curve.png:
 - rollouts: each round's own play (metrics.jsonl: the judge's mean probability for Debater A's answer, A's win
@@ -135,7 +135,8 @@ def curve(run_dir: str | Path, instances: int | None = 30, temperature: float = 
 def add_arguments(parser) -> None:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--instances", type=int, default=30, help="validation debates per policy")
-    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("-T", "--temperature", type=float, default=0.0, help="the policy's sampling temperature as "
+                        "Debater A (default 0.0: greedy)")
 
 
 def main(args) -> int:

@@ -3,8 +3,8 @@ played by clemcore's runner with one model per seat; then a results table (win r
 correct and the incorrect side, as A and as B; judge accuracy; a Bradley-Terry rating on the Elo scale) and a
 heatmap. Consultancy: every consultant before every judge (no pairs, no rating).
 
-    playpen debate tournament configs/debate/tournament_tiny.yaml [key=value ...]   (here)
-    python -m playpen.submit tournament --config configs/debate/tournament_tiny.yaml   (one job-array task per match)
+    playpen debate tournament debate/tournament_tiny [key=value ...]   (here)
+    python -m playpen.submit tournament --config debate/tournament_tiny   (one job-array task per match)
 
 Output folder: records/ (clem layout, scored: `playpen debate rejudge` and `playpen data` read
 it), played/<seating>.json (one per finished match), matches.json (one row per episode), results.md and
@@ -16,31 +16,34 @@ from __future__ import annotations
 import itertools
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from playpen.config import documented
 from playpen.debate.records import Episode, episodes_under, mean
-from playpen.defaults import BATCH_SIZE, EVAL_BOUNDS, MAX_NEW_TOKENS, TEMPERATURE
+from playpen.defaults import BATCH_SIZE, EVAL_BOUNDS, EVAL_HELP, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
 from playpen.storage import (Location, Name, atomic_write_json, atomic_write_text, exclusive_folder, make_folder,
                              path_under, private_folder, read_json_or_none, replace_folder, slug_joined, write_figure)
 
+KEYS_HELP = "every key: `playpen submit tournament --help`"  # (the keys of `playpen debate tournament` too)
 PROGRAMMATIC = "programmatic"  # the expert advocate in an advocate's seat, the programmatic judge in the judge's
 
 
 @dataclass
 class TournamentConfig:
-    name: Name
-    debaters: list[str] = field(default_factory=list)  # registry names or "programmatic" (consultants too)
-    judges: list[str] = field(default_factory=list)
-    game: str = "debate"                 # or consultancy
-    instances: str = "validation"        # instance set (validation: every seat is the model given for it)
-    max_instances: int | None = EVAL_BOUNDS["instances"].field(6)  # per match, spread over experiments
-    self_play: bool = False              # debate: also each debater against itself
-    max_new_tokens: int = EVAL_BOUNDS["max_new_tokens"].field(MAX_NEW_TOKENS)
-    temperature: float = EVAL_BOUNDS["temperature"].field(TEMPERATURE)
-    batch_size: int = EVAL_BOUNDS["batch_size"].field(BATCH_SIZE)
-    output_dir: Location = "runs/tournaments"  # the tournament folder is <output_dir>/<name>
+    name: Name = documented(help="the tournament's name: its folder is <output_dir>/<name>")
+    debaters: list[str] = documented(help="registry names or programmatic (consultants too)", factory=list)
+    judges: list[str] = documented(help="registry names or programmatic", factory=list)
+    game: str = documented("debate", help="debate or consultancy")
+    instances: str = documented("validation", help="instance set (validation: every seat is the model given for "
+                                                   "it)")
+    max_instances: int | None = EVAL_BOUNDS["instances"].field(6, help="per match, spread over experiments")
+    self_play: bool = documented(False, help="debate: also each debater against itself")
+    max_new_tokens: int = EVAL_BOUNDS["max_new_tokens"].field(MAX_NEW_TOKENS, help=EVAL_HELP["max_new_tokens"])
+    temperature: float = EVAL_BOUNDS["temperature"].field(TEMPERATURE, help=EVAL_HELP["temperature"])
+    batch_size: int = EVAL_BOUNDS["batch_size"].field(BATCH_SIZE, help=EVAL_HELP["batch_size"])
+    output_dir: Location = documented("runs/tournaments", help="the tournament folder is <output_dir>/<name>")
 
 
 def check(cfg: TournamentConfig, where: str) -> None:
@@ -285,10 +288,11 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from playpen.config import load_config
+    from playpen.config import find_config, load_config
 
-    cfg = load_config(TournamentConfig, args.config, list(args.overrides))
-    result = run(cfg, args.config)
+    config = find_config(args.config)  # a file, or a shipped config's name (debate/tournament_tiny)
+    cfg = load_config(TournamentConfig, config, list(args.overrides), keys_help=KEYS_HELP)
+    result = run(cfg, str(config))
     print(results_markdown(cfg.name, result))
     return 0
 

@@ -275,11 +275,11 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
         raise PlaypenError(f"results dir {results} is a file; give a folder with -r")
     if skip_gameplay:
         if experiments:
-            raise PlaypenError("-e chooses what is played; --skip_gameplay plays nothing (drop one of them)")
+            raise PlaypenError("-e chooses what is played; --skip-gameplay plays nothing (drop one of them)")
         recorded = games_recorded(results, folder)
         if not recorded:
             raise PlaypenError(f"no records of model {who} in {results}; "
-                               f"play first (drop --skip_gameplay) or pick the right -r")
+                               f"play first (drop --skip-gameplay) or pick the right -r")
         missing = sorted(set(games or []) - set(recorded))
         if missing:
             raise PlaypenError(f"no records of {', '.join(missing)} for {who} in {results}; "

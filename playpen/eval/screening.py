@@ -1,8 +1,8 @@
 """`playpen screen`: which train instances can GRPO learn from? Each instance's pass rate under a model, and an
 instances file of those whose rate lies strictly between 0 and 1.
 
-    playpen screen MODEL -g GAME [--split train] [-k 8] [-T 0.7] -o screened.json [--teacher programmatic
-                   --teacher-seats 0] [--instances N]
+    playpen screen MODEL -g GAME [--split train] [-k 8] [-T 0.7] -o screened.json [--partner programmatic
+                   --partner-seats 0] [--instances N]
     then in a GRPO config:  split: screened.json   (any instances file path)
 
 An instance that a model always wins or always loses gives every group of its episodes the same reward: zero
@@ -17,7 +17,7 @@ import argparse
 from collections import defaultdict
 from pathlib import Path
 
-from playpen.defaults import add_max_new_tokens
+from playpen.defaults import OldSpelling, add_max_new_tokens
 from playpen.errors import PlaypenError
 
 
@@ -44,7 +44,7 @@ def screened_file(instances: list[tuple[dict, dict]], rates: dict) -> tuple[dict
 
 
 def screen(model: str, game: str, output: str | Path, split: str = "train", samples: int = 8,
-           temperature: float = 1.0, teacher: str | None = None, teacher_seats: list[int] | None = None,
+           temperature: float = 1.0, partner: str | None = None, partner_seats: list[int] | None = None,
            instances: int | None = None, max_new_tokens: int = 64, seed: int = 0, batch_size: int = 64) -> dict:
     from playpen.games import expert_model
     from playpen.games.instances import load_instances
@@ -60,10 +60,10 @@ def screen(model: str, game: str, output: str | Path, split: str = "train", samp
     pairs = load_instances(game, split, limit=instances, seed=None if instances is None else seed)
     if not pairs:
         raise PlaypenError(f"game {game} has no instances in set {split}")
-    partner = expert_model(seed=seed) if teacher == "programmatic" else teacher
+    partner = expert_model(seed=seed) if partner == "programmatic" else partner
     spec = resolve_local(model, role=None)
-    engine = RolloutEngine(LocalPolicy(*load_frozen(spec), name=spec["model_name"]), teacher=partner,
-                           teacher_seats=teacher_seats, max_new_tokens=max_new_tokens, temperature=temperature,
+    engine = RolloutEngine(LocalPolicy(*load_frozen(spec), name=spec["model_name"]), partner=partner,
+                           partner_seats=partner_seats, max_new_tokens=max_new_tokens, temperature=temperature,
                            batch_size=batch_size, seed=seed)
     rates = pass_rates(engine.play(game, pairs, group_size=samples))
     data, kept = screened_file(pairs, rates)
@@ -88,8 +88,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="train", help="instance set to screen (default: train)")
     parser.add_argument("-k", "--samples", type=int, default=8, help="episodes per instance")
     parser.add_argument("-T", "--temperature", type=float, default=1.0, help="the rollout temperature you train at")
-    parser.add_argument("-t", "--teacher", default=None, help="partner model, or programmatic (the game's expert)")
-    parser.add_argument("--teacher-seats", type=int, nargs="+", default=None, help="seats the teacher holds")
+    parser.add_argument("-p", "--partner", default=None, help="partner model, or programmatic (the game's expert)")
+    parser.add_argument("--partner-seats", type=int, nargs="+", default=None, help="seats the partner holds")
+    # the spellings before distillation's teacher came: still read as the partner, with a note
+    parser.add_argument("-t", "--teacher", dest="partner", action=OldSpelling, help=argparse.SUPPRESS)
+    parser.add_argument("--teacher-seats", dest="partner_seats", type=int, nargs="+", action=OldSpelling,
+                        help=argparse.SUPPRESS)
     parser.add_argument("--instances", type=int, default=None, help="screen N instances (shuffled with --seed)")
     add_max_new_tokens(parser, default=64)
     parser.add_argument("--seed", type=int, default=0)
@@ -98,6 +102,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     screen(args.model, args.game, args.output, split=args.split, samples=args.samples, temperature=args.temperature,
-           teacher=args.teacher, teacher_seats=args.teacher_seats, instances=args.instances,
+           partner=args.partner, partner_seats=args.partner_seats, instances=args.instances,
            max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=args.batch_size)
     return 0

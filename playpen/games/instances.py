@@ -1,7 +1,7 @@
 """A game's instances: which file a split means, reading and checking it, fresh ones from the game's generator,
 and the game's clemcore GameBenchmark. Eval, training, rollouts and sweeps all come through here.
 
-Instance sets (`split` in training configs, `--instance_set` in eval, `instance_set` in sweeps):
+Instance sets (`split` in training configs, `--instance-set` in eval, `instance_set` in sweeps):
 - `validation`: the file `clem run` plays: the spec's own `"instances"` file (clembench's wordle_withcritic names
   `instances_withcritic`), else `in/instances.json`;
 - `train`: `in/instances_train.json` (playpen's built-in games ship one; clembench games do not);

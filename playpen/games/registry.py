@@ -28,7 +28,7 @@ from playpen.errors import PlaypenError
 from playpen.storage import NAME_RULE, is_safe_name
 
 BUILTIN_DIR = Path(__file__).parent
-BUILTIN_GAMES = ("wordle", "taboo", "referencegame", "arithmetic", "debate", "consultancy")
+BUILTIN_GAMES = ("wordle", "taboo", "referencegame", "arithmetic", "debate", "consultancy", "numberguess")
 BUILTIN_SOURCE = "built-in"
 BUILTIN_ALIAS = "playpen-"  # a shadowed built-in's name: playpen-<game>
 REGISTRY_FILE = "game_registry.json"

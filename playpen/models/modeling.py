@@ -83,4 +83,4 @@ def resolve_deepspeed(path: str | None, where: str) -> str | None:
         except RecursionError:
             raise PlaypenError(f"{candidate}: DeepSpeed JSON nested too deep to read") from None
         return str(candidate.absolute())
-    raise PlaypenError(f"{where}: deepspeed config {path} not found (e.g. configs/deepspeed/zero2.json)")
+    raise PlaypenError(f"{where}: deepspeed config {path} not found (e.g. deepspeed/zero2.json)")

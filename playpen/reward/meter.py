@@ -1,6 +1,6 @@
 """`playpen meter`: how a model's generations score under a classifier (RewardLM's ToxicityMeter, any scorer).
 
-    playpen meter MODEL --classifier C --prompts FILE [-n K] [--label L] [--compare OTHER] [-o DIR]
+    playpen meter MODEL --classifier C --prompts FILE [-n K] [-T T] [--label L] [--compare OTHER] [-o DIR]
 
 K completions per prompt are sampled in batches (left-padded, `--batch-size` prompts at a time, seeded, so two
 models see the same random stream), each scored by C: a sequence classifier (registry name, run folder or local
@@ -24,7 +24,8 @@ import math
 import time
 from pathlib import Path
 
-from playpen.config import Bounds, renamed
+from playpen.config import Bounds, check_keys, renamed
+from playpen.config_help import KeyDoc, value_text
 from playpen.defaults import EVAL_BOUNDS, add_max_new_tokens
 from playpen.errors import PlaypenError
 from playpen.storage import check_location, exclusive_folder, make_folder, not_a_link, slug, timestamp, write_figure
@@ -42,10 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=Path, default=None, help="folder (default playpen-meter/<time>)")
     parser.add_argument("--threshold", type=float, default=None, help="report the share of scores above this")
     add_max_new_tokens(parser, default=32)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--batch-size", type=int, default=16, help="prompts generated together (x samples)")
+    parser.add_argument("-T", "--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    parser.add_argument("-b", "--batch-size", type=int, default=16, help="prompts generated together (x samples)")
     parser.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
 
 
 def check_settings(args: argparse.Namespace):
@@ -235,28 +236,53 @@ def meter_specs(args: argparse.Namespace, prompts: list, models: list[tuple[str,
     return [summary for _, _, summary in results]
 
 
-def parse_config(config: dict, where: str) -> argparse.Namespace:
-    """`playpen meter`'s arguments from a YAML mapping whose keys are its flags' names (model, classifier, prompts,
-    samples, max_new_tokens, ...): the job's settings are the command's own, checked by the same parser."""
+def _flags_parser(where: str) -> argparse.ArgumentParser:
+    """`playpen meter`'s own parser, its mistakes raised as one line naming `where`."""
     class Parser(argparse.ArgumentParser):
         def error(self, message):
             raise PlaypenError(f"{where}: {message}")
 
     parser = Parser(prog="playpen meter", add_help=False)
     add_arguments(parser)
-    flags = {a.dest: a.option_strings[-1] for a in parser._actions
-             if a.option_strings and a.help != argparse.SUPPRESS}  # not an old spelling's hidden flag
+    return parser
+
+
+def _flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """Key → the flag it sets (not an old spelling's hidden flag)."""
+    return {a.dest: a for a in parser._actions if a.option_strings and a.help != argparse.SUPPRESS}
+
+
+def parse_config(config: dict, where: str) -> argparse.Namespace:
+    """`playpen meter`'s arguments from a YAML mapping whose keys are its flags' names (model, classifier, prompts,
+    samples, max_new_tokens, ...): the job's settings are the command's own, checked by the same parser."""
+    parser = _flags_parser(where)
+    flags = {key: action.option_strings[-1] for key, action in _flags(parser).items()}
     config = renamed(config, flags, where)
     if not config.get("model"):
         raise PlaypenError(f"{where}: missing required key model (the generator to meter)")
+    check_keys({k: v for k, v in config.items() if v is not None}, ["model", *flags], where,
+               "every key: `playpen submit meter --help`")
     argv = [str(config["model"])]
     for key, value in config.items():
-        if key == "model" or value is None:
-            continue
-        if key not in flags:
-            raise PlaypenError(f"{where}: unknown key '{key}'; playpen meter's keys: model, {', '.join(flags)}")
-        argv += [flags[key], str(value)]
+        if key != "model" and value is not None:
+            argv += [flags[key], str(value)]
     return parser.parse_args(argv)
+
+
+def key_docs() -> list[KeyDoc]:
+    """The keys of a meter job's YAML (`playpen submit meter`, a sweep's meters:): the command's flags by name."""
+    docs = [KeyDoc("model", "str", None, help="registry name or local Hugging Face folder of the generator")]
+    for key, action in _flags(_flags_parser("meter")).items():
+        kind = "bool" if action.nargs == 0 else "path" if action.type is Path else getattr(action.type, "__name__",
+                                                                                           "str")
+        default = str(action.default) if isinstance(action.default, Path) else action.default
+        help_text = (action.help or "").replace("%(default)s", str(default))
+        for said in (f" (default {default})", f" (default: {default})"):  # the entry shows it already
+            help_text = help_text.replace(said, "")
+        docs.append(KeyDoc(key, kind if default is not None or action.required else f"{kind} | null",
+                           None if action.required else value_text(default), help=help_text))
+    return docs + [KeyDoc("storage_root", "location | null", "null",
+                          help="the output's root: default the cluster profile's, else $PLAYPEN_STORAGE or ./runs")]
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """The rollout engine: many clemcore episodes at once, one batched forward per turn across all of them.
 
-    engine = RolloutEngine(learner=LocalPolicy(model, tokenizer), teacher=None, max_new_tokens=64,
+    engine = RolloutEngine(learner=LocalPolicy(model, tokenizer), partner=None, max_new_tokens=64,
                            temperature=1.0, batch_size=32)
     episodes = engine.play("wordle", load_instances("wordle", "train", limit=16), group_size=8,
                            records_dir=run.records, records_tag="step_00012")
@@ -15,9 +15,9 @@ live episode waiting for it. An episode that ends frees its slot at once; the ne
 next wave. Learner seats keep their token sequence and KV cache between turns (see generation.py), so a turn
 only encodes the new environment message. Records are written by a background thread.
 
-Self-play (teacher=None): the learner holds every seat. With a teacher: the teacher holds `teacher_seats`
+Self-play (partner=None): the learner holds every seat. With a partner: the partner holds `partner_seats`
 (default: every seat but `learner_seat`, 0 by default, the game's first player) and the learner the others, e.g.
-debate's judge as the teacher (teacher_seats=[2]) before the learner debating itself. A teacher may be a
+debate's judge as the partner (partner_seats=[2]) before the learner debating itself. A partner may be a
 LocalPolicy, any clemcore `backends.Model`, a registered model name, or "programmatic" (the game's own scripted
 players).
 """
@@ -53,10 +53,15 @@ log = logging.getLogger(__name__)
 
 
 class RolloutEngine:
-    def __init__(self, learner: LocalPolicy, teacher=None, *, max_new_tokens: int = 64, temperature: float = 1.0,
+    def __init__(self, learner: LocalPolicy, partner=None, *, max_new_tokens: int = 64, temperature: float = 1.0,
                  batch_size: int = 32, progress: bool = True, kv_cache: bool = True, seed: int | None = None,
-                 learner_seat: int = 0, teacher_temperature: float | None = None,
-                 teacher_seats: list[int] | None = None):
+                 learner_seat: int = 0, partner_temperature: float | None = None,
+                 partner_seats: list[int] | None = None, teacher=None, teacher_seats: list[int] | None = None,
+                 teacher_temperature: float | None = None):
+        # teacher, teacher_seats, teacher_temperature: the names before distillation's grading teacher came
+        partner = teacher if partner is None else partner
+        partner_seats = teacher_seats if partner_seats is None else partner_seats
+        partner_temperature = teacher_temperature if partner_temperature is None else partner_temperature
         if not isinstance(learner, LocalPolicy):
             raise PlaypenError(f"learner must be a LocalPolicy (got {type(learner).__name__})")
         if max_new_tokens < 1 or batch_size < 1 or temperature < 0:
@@ -65,9 +70,9 @@ class RolloutEngine:
         self.learner = learner
         self.max_new_tokens, self.temperature, self.batch_size = int(max_new_tokens), float(temperature), batch_size
         self.progress, self.kv_cache, self.learner_seat = progress, kv_cache, learner_seat
-        self.teacher_seats = None if teacher_seats is None else sorted(set(teacher_seats))
-        self.teacher_temperature = self.temperature if teacher_temperature is None else float(teacher_temperature)
-        self.teacher = self._teacher_model(teacher)
+        self.partner_seats = None if partner_seats is None else sorted(set(partner_seats))
+        self.partner_temperature = self.temperature if partner_temperature is None else float(partner_temperature)
+        self.partner = self._partner_model(partner)
         self._rng = random.Random(seed)
         self._seed = seed
         self._generators: dict[int, torch.Generator] = {}  # per policy, on its device; kept across plays
@@ -132,40 +137,40 @@ class RolloutEngine:
 
     # ------------------------------------------------------------ setup
 
-    def _teacher_model(self, teacher):
-        if teacher is None:
+    def _partner_model(self, partner):
+        if partner is None:
             return None
-        if isinstance(teacher, LocalPolicy):
-            return PolicyModel(teacher, self.max_new_tokens, self.teacher_temperature)
-        if isinstance(teacher, str):
-            if teacher in backends.ModelSpec.PROGRAMMATIC_SPECS:
+        if isinstance(partner, LocalPolicy):
+            return PolicyModel(partner, self.max_new_tokens, self.partner_temperature)
+        if isinstance(partner, str):
+            if partner in backends.ModelSpec.PROGRAMMATIC_SPECS:
                 return backends.CustomResponseModel()
             from playpen.models import service
 
-            return service.load_player(service.resolve(teacher, "teacher"), self.max_new_tokens,
-                                       self.teacher_temperature)
-        if isinstance(teacher, backends.Model):
-            if "max_tokens" not in teacher.gen_args or "temperature" not in teacher.gen_args:
-                teacher.set_gen_args(**{"max_tokens": self.max_new_tokens, "temperature": self.teacher_temperature,
-                                        **teacher.gen_args})
-            return teacher
-        raise PlaypenError(f"teacher must be None, a LocalPolicy, a clemcore Model or a model name "
-                           f"(got {type(teacher).__name__})")
+            return service.load_player(service.resolve(partner, "partner"), self.max_new_tokens,
+                                       self.partner_temperature)
+        if isinstance(partner, backends.Model):
+            if "max_tokens" not in partner.gen_args or "temperature" not in partner.gen_args:
+                partner.set_gen_args(**{"max_tokens": self.max_new_tokens, "temperature": self.partner_temperature,
+                                        **partner.gen_args})
+            return partner
+        raise PlaypenError(f"partner must be None, a LocalPolicy, a clemcore Model or a model name "
+                           f"(got {type(partner).__name__})")
 
     def _session(self, game, records_dir, records_tag) -> PlaySession:
         entry = game_entry(game)
         bench = load_benchmark(entry)
         players = int(entry.spec.get("players", 1) or 1)
         learner = PolicyModel(self.learner, self.max_new_tokens, self.temperature)
-        if self.teacher is None or players == 1:
+        if self.partner is None or players == 1:
             seats = [learner]
         else:
-            teacher_seats = [i for i in range(players) if i != self.learner_seat] if self.teacher_seats is None \
-                else self.teacher_seats
-            if not 0 <= self.learner_seat < players or not set(teacher_seats) < set(range(players)):
+            partner_seats = [i for i in range(players) if i != self.learner_seat] if self.partner_seats is None \
+                else self.partner_seats
+            if not 0 <= self.learner_seat < players or not set(partner_seats) < set(range(players)):
                 raise PlaypenError(f"'{entry.name}' has seats 0..{players - 1}: the learner needs one of them "
-                                   f"(learner_seat {self.learner_seat}, teacher_seats {teacher_seats})")
-            seats = [self.teacher if i in teacher_seats else learner for i in range(players)]
+                                   f"(learner_seat {self.learner_seat}, partner_seats {partner_seats})")
+            seats = [self.partner if i in partner_seats else learner for i in range(players)]
         models_id = model_identifier([m.name for m in seats])
         infos = backends.Model.to_infos(seats)
         writer = RecordWriter(records_dir, models_id, records_tag, infos, game_path=entry.path) \
@@ -303,7 +308,7 @@ class RolloutEngine:
             seqs.append(conv.prepare(perspective))
             convs.append(conv)
             players.append(player)
-        temperature = self.temperature if policy is self.learner else self.teacher_temperature
+        temperature = self.temperature if policy is self.learner else self.partner_temperature
         outs = generate(policy, seqs, max_new_tokens=self.max_new_tokens, temperature=temperature,
                         generator=self._generator_for(policy), keep_cache=self.kv_cache,
                         prefix_cache=session.prefix_caches.setdefault(id(policy), {}))

@@ -16,7 +16,7 @@ from typing import Any, Optional
 import submitit
 
 from playpen.config import signature_dataclass
-from playpen.defaults import EVAL_BOUNDS
+from playpen.defaults import EVAL_BOUNDS, EVAL_HELP
 from playpen.eval.evaluation import evaluate
 from playpen.storage import Location, append_jsonl, read_jsonl
 from playpen.submit.launch import TaskInfo, setup_distributed
@@ -95,9 +95,25 @@ class TrainJob(PlaypenJob):
 
 # `submit eval --config FILE`: the arguments of `playpen eval` (playpen.eval.evaluate) as YAML keys, taken from
 # its signature; results_dir defaults to <storage_root>/eval/<model>-<time>
+EVAL_KEYS_HELP = {
+    "model": "registered model name, training run folder or checkpoint folder",
+    "games": "games to play (default: every registered game of the suite)",
+    "results_dir": "results folder to create or reuse (default: <storage_root>/eval/<model>-<time>)",
+    "skip_gameplay": "only rescore the records in results_dir",
+    "suite": "dialogue (clemscore), static (statscore), or all",
+    "instance_set": "validation, train, or an instances file of the game",
+    "player": "who drives the model: engine (playpen's rollout engine, local HF models), clemcore (clemcore's "
+              "runner, every backend) or auto (the engine where it can)",
+    "verbose": "clemcore's log lines on the job's output too (always in <results_dir>/clembench.log)",
+    "partner": "plays the second seat of two-player games, as `clem run -m MODEL PARTNER`: a model name or folder, "
+               "mock, or programmatic (the built-in game's expert); null: the model plays every seat",
+    "experiments": "play only these experiments of the games, as `clem run -e`",
+    "storage_root": "default: the cluster profile's, else $PLAYPEN_STORAGE or ./runs",
+    **EVAL_HELP,
+}
 EvalSpec = signature_dataclass(evaluate, "EvalSpec", skip=("log",), bounds=EVAL_BOUNDS,
                                extra=(("storage_root", Optional[Location], None),),
-                               types={"results_dir": Optional[Location]})
+                               types={"results_dir": Optional[Location]}, helps=EVAL_KEYS_HELP)
 
 
 class EvalJob(PlaypenJob):
@@ -188,6 +204,25 @@ class TournamentMatchesJob(PlaypenJob):
         if failed:
             raise RuntimeError(f"{len(failed)} of {len(seatings)} match(es) failed: {failed}")
         return {"played": played}
+
+
+class DoctorJob(PlaypenJob):
+    """`playpen doctor` on every rank of the job, plus the rendezvous, an all-reduce and the start latency
+    (playpen.doctor.collective); rank 0 merges the ranks' reports into <folder>/doctor.json. Never requeued:
+    a doctor that was preempted is simply run again."""
+
+    def __init__(self, folder: str, log_dir: str, submitted: float, skip: tuple[str, ...] = (),
+                 storage_root: str | None = None, timeout_s: float = 120, use_gpus: bool = False) -> None:
+        super().__init__(log_dir, max_requeues=0, use_gpus=use_gpus)
+        self.folder, self.submitted, self.skip = folder, submitted, tuple(skip)
+        self.storage_root, self.timeout_s = storage_root, timeout_s
+
+    def run(self, task: TaskInfo) -> dict:
+        from playpen.doctor.collective import run_rank
+
+        return run_rank(self.folder, task.rank, task.world_size, task.local_rank, use_gpus=self.use_gpus,
+                        submitted=self.submitted, storage_root=self.storage_root, skip=self.skip,
+                        timeout_s=self.timeout_s)
 
 
 def aggregate_tournament(config: dict) -> dict:

@@ -11,8 +11,9 @@ from typing import Any, Callable
 
 from playpen.config import config_file, load_config, read_text
 from playpen.errors import PlaypenError
+from playpen.reading import read_json
 from playpen.storage import (DEFAULT_STORAGE, STORAGE_ENV, RunDir, check_location, not_a_link, path_under,
-                             resolve_storage_root, slug, slug_joined, timestamp)
+                             read_json_or_none, resolve_storage_root, slug, slug_joined, timestamp)
 from playpen.submit import executor as exe
 from playpen.submit import jobs, status
 from playpen.submit.profiles import ClusterProfile
@@ -29,6 +30,7 @@ class Plan:
     array: list[list] | None = None  # sweep/tournament: the cells (matches) of each job (one job per entry)
     aggregate: tuple[Callable, Any] | None = None  # after the array: on SLURM a dependent job, with --wait here
     report: Callable[[], str] | None = None  # what --wait prints at the end
+    verdict: Callable[[], int] | None = None  # --wait's exit code once the job succeeded (doctor: 1 if a check FAILED)
 
 
 def storage_root_for(profile: ClusterProfile, configured: str | None, check: bool) -> Path:
@@ -45,10 +47,10 @@ def plan_train(args: argparse.Namespace, profile: ClusterProfile, config: str, r
     """The trainer's own config class checks keys and types now; the run id is pinned so the job, its
     requeues and a resubmission of the same command all use one run dir (the trainer's default id)."""
     from playpen.train.run_folder import run_id_of
-    from playpen.train.runner import check_config, load_recipe
+    from playpen.train.runner import check_config, keys_help, load_recipe
 
     recipe = load_recipe(args.command)
-    cfg = load_config(recipe.Config, config, list(args.overrides))
+    cfg = load_config(recipe.Config, config, list(args.overrides), keys_help=keys_help(args.command))
     check_config(recipe, cfg, config)  # trainer values, key.json: refused now, not after the job started
     from playpen.games.registry import resolve_game
     from playpen.registry import resolve_model
@@ -73,7 +75,7 @@ def plan_eval(args: argparse.Namespace, profile: ClusterProfile, config: str, re
     from playpen.games.registry import select_games
     from playpen.models.specs import resolve_eval_model
 
-    spec = load_config(jobs.EvalSpec, config, list(args.overrides))
+    spec = load_config(jobs.EvalSpec, config, list(args.overrides), keys_help="every key: `playpen submit eval --help`")
     try:  # the model and games now, as a sweep's are, not when the job starts
         resolve_eval_model(spec.model)
         entries = select_games(spec.games, spec.suite)
@@ -112,6 +114,36 @@ def plan_meter(args: argparse.Namespace, profile: ClusterProfile, config: str, r
     return Plan("meter", Path(settings["output"]), root, job)
 
 
+def plan_doctor(args: argparse.Namespace, profile: ClusterProfile, res: exe.Resources) -> Plan:
+    """`playpen doctor` as a job: one task per GPU (one per node on CPU), as training runs, so the rendezvous
+    and all-reduce are the ones a training job would do. The report goes to <storage_root>/doctor/<time>-job-<host>/."""
+    import time
+
+    from playpen.doctor import DOCTOR_FILE, output_folder
+
+    if args.overrides:
+        raise PlaypenError(f"doctor takes no key=value overrides (got {' '.join(args.overrides)}); "
+                           f"use --storage-root and --skip")
+    root = storage_root_for(profile, args.storage_root, check=not args.dry_run)
+    folder = output_folder(root, "job")
+    job = jobs.DoctorJob(str(folder), str(status.log_dir(folder)), submitted=time.time(), skip=tuple(args.skip),
+                         storage_root=str(root), timeout_s=args.timeout, use_gpus=res.gpus_per_node > 0)
+
+    def report() -> str:
+        from playpen.doctor.report import from_dicts, table
+
+        path = folder / DOCTOR_FILE
+        if not path.is_file():
+            return f"no {path}: the job ended before rank 0 wrote it (see its logs: playpen submit logs {folder})"
+        return table(from_dicts(read_json(path, "doctor report")["checks"])) + f"\nreport: {path}"
+
+    def verdict() -> int:
+        path = folder / DOCTOR_FILE
+        return 0 if path.is_file() and (read_json_or_none(path) or {}).get("overall") not in (None, "FAILED") else 1
+
+    return Plan("doctor", folder, root, job, report=report, verdict=verdict)
+
+
 def plan_sweep(args: argparse.Namespace, profile: ClusterProfile, config: str, res: exe.Resources,
                kind: str) -> Plan | None:
     """Pending cells only (done ones are skipped): one array task each on SLURM; on the local executor
@@ -146,7 +178,7 @@ def plan_tournament(args: argparse.Namespace, profile: ClusterProfile, config: s
 
     if res.nodes > 1:
         raise PlaypenError("tournament matches run on one node each; drop --nodes")
-    cfg = load_config(tournament.TournamentConfig, config, list(args.overrides))
+    cfg = load_config(tournament.TournamentConfig, config, list(args.overrides), keys_help=tournament.KEYS_HELP)
     tournament.check(cfg, config)
     root = storage_root_for(profile, None, check=not args.dry_run)
     cfg.output_dir = str(Path(cfg.output_dir).expanduser().absolute())  # jobs run in another working directory

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from playpen.config import bounded, build, load_yaml, packaged_configs
+from playpen.config import bounded, build, config_file, load_yaml, packaged_configs
 from playpen.errors import PlaypenError
 from playpen.storage import Location
 
@@ -131,7 +131,7 @@ def available() -> list[str]:
 
 def profile_path(name: str) -> Path:
     if name.endswith((".yaml", ".yml")) or "/" in name:
-        path = Path(name).expanduser()
+        path = config_file(name)  # a file, or a shipped one by name (cluster/example_gpu)
         if not path.exists():
             raise PlaypenError(f"cluster profile file {name} not found")
         return path  # (load_profile says when it is a folder, binary or unreadable)

@@ -187,6 +187,11 @@ def requeue_summary(sub: Submission) -> str:
 
 def render_status(directory: str | Path, lines: int = 10) -> str:
     directory = Path(directory).expanduser().absolute()
+    from playpen.eval import sweep as sweep_mod
+
+    if not (log_dir(directory) / SUBMISSIONS_FILE).is_file() and (directory / sweep_mod.SWEEP_FILE).is_file():
+        # a sweep whose cells ran here (`playpen sweep-local`), never submitted: the cells' own view
+        return sweep_mod.format_status(sweep_mod.status(directory))
     subs = load_submissions(directory)
     sub = subs[-1]
     title = {"train": f"{sub.what} run", "eval": "eval", "sweep": "sweep"}.get(sub.kind, sub.kind)
@@ -207,8 +212,6 @@ def render_status(directory: str | Path, lines: int = 10) -> str:
         out += [f"  then job {j}: {after.get(j, ('UNKNOWN', ''))[0]}" for j in sub.after]
     out.append(f"  {requeue_summary(sub)}")
     if sub.kind == "sweep":  # the sweep's own view of its cells
-        from playpen.eval import sweep as sweep_mod
-
         out += ["  " + line for line in sweep_mod.format_status(sweep_mod.status(directory)).splitlines()]
     steps = [step for step, _ in checkpoints_in(directory / "checkpoints")]
     if steps:

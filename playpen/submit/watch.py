@@ -1,5 +1,5 @@
 """What `playpen submit` shows: the script a dry run would send, the submitted jobs, their progress while
-`--wait` waits, and `playpen logs`.
+`--wait` waits, and `playpen submit logs`.
 """
 from __future__ import annotations
 

@@ -1,18 +1,20 @@
 """Trainers: one readable module per method over shared parts.
 
     from playpen.train import train
-    run = train("grpo", "configs/grpo/demo.yaml", ["trainer.max_steps=20"])   # -> RunDir
+    run = train("grpo", "grpo/demo", ["trainer.max_steps=20"])   # -> RunDir
 
 `train` is what `playpen train` and SLURM jobs call, once per rank under torchrun (RANK/WORLD_SIZE/... set).
 Rerunning the same call resumes from the last checkpoint in the same run directory.
 
 Modules: `recipe` (the API a method implements), `runner` (the life cycle every method shares: `run_folder`,
-`reruns`, `registration`, `process`), `trl_args` (TRL's arguments from `trainer:`), `players` (teachers and other
-clemcore players), `game_play` (what GRPO and DPO share about playing games), `sft`, `dpo`, `grpo`, `reward`,
-`rloo` (one recipe each), `checkpoints` (find, validate, resume state), `metrics` (metrics.jsonl, tensorboard,
-learning curve), `base` (BasePlaypenTrainer for `playpen run`). Below train: `playpen.models.modeling` (model spec,
-tokenizer, weights, LoRA, quantization, DeepSpeed config), `playpen.data_files` (jsonl rows, chat messages),
-`playpen.distributed` (ranks and collectives).
+`reruns`, `registration`, `process`), `trl_args` (TRL's arguments from `trainer:`), `players` (partners and other
+clemcore players), `game_play` (what the game methods share about playing games), one recipe per method: `sft`,
+`dpo`, `grpo`, `reward`, `rloo`, `rft` (expert iteration), `distill` (on-policy distillation); `rounds` (the
+play → train loop of dpo, rft and distill), `sequences` (the token rows rft and distill train on), `checkpoints`
+(find, validate, resume state), `metrics` (metrics.jsonl, tensorboard, learning curve), `base`
+(BasePlaypenTrainer for `playpen run`). Below train: `playpen.models.modeling` (model spec, tokenizer, weights,
+LoRA, quantization, DeepSpeed config), `playpen.data_files` (jsonl rows, chat messages), `playpen.distributed`
+(ranks and collectives).
 This file stays light: torch and TRL are imported only when training starts.
 """
 from __future__ import annotations
@@ -23,7 +25,8 @@ if TYPE_CHECKING:
     from playpen.storage import RunDir
 
 METHODS = {"sft": "playpen.train.sft", "dpo": "playpen.train.dpo", "grpo": "playpen.train.grpo",
-           "reward": "playpen.train.reward", "rloo": "playpen.train.rloo"}
+           "reward": "playpen.train.reward", "rloo": "playpen.train.rloo", "rft": "playpen.train.rft",
+           "distill": "playpen.train.distill"}
 
 
 def train(method: str, config: str | None = None, overrides: Iterable[str] = ()) -> "RunDir":

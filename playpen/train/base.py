@@ -4,9 +4,9 @@
 
     class MyTrainer(BasePlaypenTrainer):
         def learn(self):
-            ...  # self.learner / self.teacher are clemcore Models (huggingface_local ones expose .model, .tokenizer)
+            ...  # self.learner / self.partner are clemcore Models (huggingface_local ones expose .model, .tokenizer)
 
-`playpen run my_trainer.py -l playpen-tiny -T 0.7 -L 64` loads the models from the registry (a remote teacher
+`playpen run my_trainer.py -l playpen-tiny [-p PARTNER] -L 64` loads the models from the registry (a remote partner
 needs its key.json entry: checked before anything loads), takes the first BasePlaypenTrainer subclass defined in
 the file and calls `learn()`. Upstream playpen's trainer files run unchanged: `from playpen import BasePlayPen`,
 a constructor taking the learner alone, and `learn(self, game_registry)`, which gets clemcore's GameRegistry of
@@ -38,11 +38,12 @@ def with_get_name(model: Any) -> Any:
 
 
 class BasePlaypenTrainer(abc.ABC):
-    """Constructor (learner, teacher=None); subclasses implement learn()."""
+    """Constructor (learner, teacher=None); subclasses implement learn(). The second model is the partner who plays
+    the other roles: `self.partner`, also `self.teacher` as upstream playpen names it."""
 
     def __init__(self, learner: Any, teacher: Any = None):
         self.learner = with_get_name(learner)
-        self.teacher = with_get_name(teacher)
+        self.partner = self.teacher = with_get_name(teacher)
 
     def is_learner(self, player) -> bool:
         return getattr(player, "model", None) is self.learner
@@ -85,13 +86,13 @@ def game_registry():
     return GameRegistry([entry.clem_spec() for entry in game_entries()])
 
 
-def run_trainer(file: str | Path, learner: str, teacher: str | None = None, max_tokens: int = MAX_NEW_TOKENS,
+def run_trainer(file: str | Path, learner: str, partner: str | None = None, max_tokens: int = MAX_NEW_TOKENS,
                 temperature: float = 0.0) -> BasePlaypenTrainer:
     from playpen.models import service
 
     cls = find_trainer_class(file)
     learner_spec = service.resolve(learner, "learner")  # both checked (keys too) before loading either
-    teacher_spec = service.resolve(teacher, "teacher") if teacher else None
+    teacher_spec = service.resolve(partner, "partner") if partner else None
     learner_model = with_get_name(service.load_player(learner_spec, max_tokens, temperature))
     teacher_model = with_get_name(service.load_player(teacher_spec, max_tokens, temperature)) \
         if teacher_spec else None

@@ -1,4 +1,5 @@
-"""What GRPO and DPO share about playing games: config keys, checks, the teacher, episode statistics.
+"""What the game methods share about playing games: config keys, checks, the partner, a round of play, episode
+statistics.
 
 The trainers only call `playpen.rollout` (RolloutEngine, LocalPolicy, load_instances, preference_pairs); the
 rollout package knows nothing of TRL.
@@ -11,77 +12,82 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from playpen.config import bounded
+from playpen.config import bounded, documented
 from playpen.errors import PlaypenError
 from playpen.games.instances import generate_instances, instances_file, load_instances, pick_generated
 from playpen.storage import remove_tree
 from playpen import distributed
 from playpen.models import service
 from playpen.train.players import frozen_policy
-from playpen.train.recipe import TrainConfig
+from playpen.train.recipe import Session, TrainConfig
 
 
-PROGRAMMATIC = "programmatic"  # teacher: the built-in game's own expert in the teacher's seats
+PROGRAMMATIC = "programmatic"  # partner (or distill's teacher): the built-in game's own expert
 
 
 @dataclass
 class GameConfig(TrainConfig):
     """Keys of the methods that learn from game play."""
 
-    game: str | None = None              # built-in or registered game (`playpen list games`)
-    split: str = "train"                 # instances to learn from: train, or an instances file of the game
-                                         # (a name in its in/ folder or a path); validation is held out
-    generate: dict | None = None         # {seed: N, <generator args>}: fresh instances from the game's own
-                                         # instancegenerator.py instead of split (validation duplicates dropped)
-    instances: int | None = bounded(None, ge=1)  # use N instances (shuffled with seed); null = all of the split
-    group_size: int = bounded(8, ge=1)   # episodes per instance (GRPO group / DPO branching pool)
-    teacher: str | None = None           # frozen partner (registry name: local HF or remote API + key.json;
-                                         # programmatic: a built-in game's own expert)
-    teacher_seats: list[int] | None = None  # the seats the teacher holds (default: all but the first); the
-                                         # learner holds the rest, e.g. debate [2]: a model judge, the learner
-                                         # in both debater seats
-    self_play: bool = True               # without a teacher the learner plays every role
-    train_seats: str = "all"             # self-play: "all" = episodes of a group alternate which learner seat
-                                         # is trained (every role learns); "first" = the first seat only
-    max_new_tokens: int = bounded(64, ge=1)  # per turn
-    # sampling temperature of the learner: the episodes of a group must be able to differ
-    temperature: float = bounded(1.0, gt=0, hint="episodes are sampled; 0 would play every group's episodes alike")
-    rollout_batch_size: int = bounded(64, ge=1)  # sequences generated together
-    validation_instances: int = bounded(0, ge=0)  # >0: play N validation instances at start, every
-                                                  # validation_every steps, and at the end
-    validation_every: int = bounded(0, ge=0)  # steps between validations (0: start and end only)
-    validation_temperature: float = bounded(0.0, ge=0)  # greedy by default, as clemscore evaluation plays
+    game: str | None = documented(None, help="built-in or registered game (`playpen list games`)")
+    split: str = documented("train", help="instances to learn from: train, or an instances file of the game (a "
+                                          "name in its in/ folder or a path); validation is held out")
+    generate: dict | None = documented(None, help="{seed: N, <generator args>}: fresh instances from the game's own "
+                                                  "instancegenerator.py instead of split (validation duplicates "
+                                                  "dropped)")
+    instances: int | None = bounded(None, ge=1, help="use N instances (shuffled with seed); null: all of the split")
+    group_size: int = bounded(8, ge=1, help="episodes per instance (GRPO group / DPO branching pool)")
+    partner: str | None = documented(None, help="frozen player of the other seats (registry name: local HF or "
+                                                "remote API + key.json; programmatic: a built-in game's own "
+                                                "expert); was teacher:, still read as partner where a method has no "
+                                                "teacher")
+    partner_seats: list[int] | None = documented(None, help="the seats the partner holds (default: all but the "
+                                                            "first); the learner holds the rest, e.g. debate [2]: a "
+                                                            "model judge, the learner in both debater seats (was "
+                                                            "teacher_seats)")
+    self_play: bool = documented(True, help="without a partner the learner plays every role")
+    train_seats: str = documented("all", help="self-play: all = episodes of a group alternate which learner seat "
+                                              "is trained (every role learns); first = the first seat only")
+    max_new_tokens: int = bounded(64, ge=1, help="max new tokens per learner turn")
+    temperature: float = bounded(1.0, gt=0, hint="episodes are sampled; 0 would play every group's episodes alike",
+                                 help="sampling temperature of the learner: the episodes of a group must be able "
+                                      "to differ")
+    rollout_batch_size: int = bounded(64, ge=1, help="sequences generated together")
+    validation_instances: int = bounded(0, ge=0, help="above 0: play N validation instances at the start, every "
+                                                      "validation_every steps, and at the end")
+    validation_every: int = bounded(0, ge=0, help="steps between validations (0: start and end only)")
+    validation_temperature: float = bounded(0.0, ge=0, help="greedy by default, as clemscore evaluation plays")
 
 
 def check_game(cfg: GameConfig, where: str) -> dict:
-    """The game exists, has instances, and has a partner for every role; the teacher's key is present."""
+    """The game exists, has instances, and has a player for every role; the partner's key is present."""
     from playpen.games.registry import resolve_game
 
     if not cfg.game:
         raise PlaypenError(f"{where}: game is required (e.g. game: wordle; see `playpen list games`)")
     entry = resolve_game(cfg.game)
     players = entry.players
-    if players > 1 and not cfg.teacher and not cfg.self_play:
+    if players > 1 and not cfg.partner and not cfg.self_play:
         roles = ", ".join(entry.spec.get("roles", [])) or f"{players} roles"
         raise PlaypenError(f"{where}: game {cfg.game} has {players} players ({roles}) and self_play is off: "
-                           f"it needs a teacher (teacher=<model>, see `playpen list models`)")
+                           f"it needs a partner (partner=<model>, see `playpen list models`)")
     if cfg.train_seats not in ("all", "first"):
         raise PlaypenError(f"{where}: train_seats must be 'all' or 'first', got {cfg.train_seats!r}")
-    if cfg.teacher and players == 1:
-        raise PlaypenError(f"{where}: game {cfg.game} has a single player; a teacher has no role in it "
-                           f"(remove teacher)")
-    if cfg.teacher_seats is not None:
-        if not cfg.teacher:
-            raise PlaypenError(f"{where}: teacher_seats {cfg.teacher_seats} needs a teacher (teacher=<model>)")
-        if not set(cfg.teacher_seats) < set(range(players)) or not all(type(i) is int for i in cfg.teacher_seats):
-            raise PlaypenError(f"{where}: teacher_seats must be seat numbers of {cfg.game} (0..{players - 1}), "
-                               f"leaving the learner at least one; got {cfg.teacher_seats}")
-    if cfg.teacher == PROGRAMMATIC:
+    if cfg.partner and players == 1:
+        raise PlaypenError(f"{where}: game {cfg.game} has a single player; a partner has no role in it "
+                           f"(remove partner)")
+    if cfg.partner_seats is not None:
+        if not cfg.partner:
+            raise PlaypenError(f"{where}: partner_seats {cfg.partner_seats} needs a partner (partner=<model>)")
+        if not set(cfg.partner_seats) < set(range(players)) or not all(type(i) is int for i in cfg.partner_seats):
+            raise PlaypenError(f"{where}: partner_seats must be seat numbers of {cfg.game} (0..{players - 1}), "
+                               f"leaving the learner at least one; got {cfg.partner_seats}")
+    if cfg.partner == PROGRAMMATIC:
         if not entry.builtin:
-            raise PlaypenError(f"{where}: teacher: programmatic plays the built-in games' experts; {cfg.game} "
-                               f"comes from {entry.source}: name a model as its teacher")
-    elif cfg.teacher:
-        service.resolve(cfg.teacher, "teacher")  # unknown name or missing key.json entry: one line, now
+            raise PlaypenError(f"{where}: partner: programmatic plays the built-in games' experts; {cfg.game} "
+                               f"comes from {entry.source}: name a model as its partner")
+    elif cfg.partner:
+        service.resolve(cfg.partner, "partner")  # unknown name or missing key.json entry: one line, now
     if cfg.generate is not None and not isinstance(cfg.generate.get("seed"), int):
         raise PlaypenError(f"{where}: generate needs an integer seed, e.g. generate: {{seed: 7}}")
     train_instances(cfg)  # the instances file exists and parses, or the generator runs: before anything is written
@@ -91,16 +97,16 @@ def check_game(cfg: GameConfig, where: str) -> dict:
     return entry.spec
 
 
-def load_teacher(cfg: GameConfig):
-    """LocalPolicy for a local Hugging Face teacher (frozen, eval mode); a clemcore Model for remote ones and the
-    built-in games' experts (teacher: programmatic)."""
-    if cfg.teacher == PROGRAMMATIC:
+def load_partner(cfg: GameConfig):
+    """LocalPolicy for a local Hugging Face partner (frozen, eval mode); a clemcore Model for remote ones and the
+    built-in games' experts (partner: programmatic)."""
+    if cfg.partner == PROGRAMMATIC:
         from playpen.games import expert_model
 
         return expert_model(seed=cfg.seed)
-    if not cfg.teacher:
+    if not cfg.partner:
         return None
-    spec = service.resolve(cfg.teacher, "teacher")
+    spec = service.resolve(cfg.partner, "partner")
     if spec.get("backend") == "huggingface_local":
         return frozen_policy(spec)
     return service.load_player(spec, cfg.max_new_tokens, 0.0)
@@ -129,14 +135,19 @@ def select_instances(cfg: GameConfig, split: str, limit: int | None):
     return instances
 
 
-def train_instances(cfg: GameConfig, save_dir: Path | None = None):
-    """The instances to learn from: the split's file, or fresh ones from the game's generator (`generate:`),
-    then saved as <save_dir>/<game>.generated-seed<N>.json so the run says what it trained on."""
+KEEP = object()  # train_instances' default limit: cfg.instances
+
+
+def train_instances(cfg: GameConfig, save_dir: Path | None = None, limit=KEEP):
+    """The instances to learn from, shuffled with the seed and cut at `limit` (default: cfg.instances; None: all):
+    the split's file, or fresh ones from the game's generator (`generate:`), then saved as
+    <save_dir>/<game>.generated-seed<N>.json so the run says what it trained on."""
+    limit = cfg.instances if limit is KEEP else limit
     if cfg.generate is None:
-        return select_instances(cfg, cfg.split, cfg.instances)
+        return select_instances(cfg, cfg.split, limit)
     args = {k: v for k, v in cfg.generate.items() if k != "seed"}
     instances, dropped = generate_instances(cfg.game, cfg.generate["seed"], args)
-    pairs = pick_generated(cfg.game, instances, cfg.generate["seed"], cfg.instances, cfg.seed)
+    pairs = pick_generated(cfg.game, instances, cfg.generate["seed"], limit, cfg.seed)
     if save_dir is not None:
         from playpen.storage import atomic_write_json
 
@@ -144,6 +155,35 @@ def train_instances(cfg: GameConfig, save_dir: Path | None = None):
         print(f"[playpen] {cfg.game}: {len(pairs)} generated instances (seed {cfg.generate['seed']}; {dropped} "
               f"identical to validation instances dropped)", flush=True)
     return pairs
+
+
+def round_instances(instances: list, k: int, n: int | None) -> list:
+    """The instances round k plays: the next n of the (already shuffled) list, wrapping around; all when n is
+    None."""
+    if not n or n >= len(instances):
+        return list(instances)
+    start = (k * n) % len(instances)
+    return [instances[(start + i) % len(instances)] for i in range(n)]
+
+
+def play_round(session: Session, k: int, model, instances: list, partner, group_size: int):
+    """Round k's episodes of this process's share of `instances` (records tagged iter_k), seeded by (seed, k)."""
+    from playpen.rollout import LocalPolicy, RolloutEngine
+
+    cfg = session.cfg
+    shard = instances[session.rank::session.world_size]
+    policy = LocalPolicy(model, session.tokenizer, name=session.spec["model_name"].replace("/", "_"))
+    seed = (cfg.seed * 1_000_003 + k) * 1_009 + session.rank
+    engine = RolloutEngine(learner=policy, partner=partner, max_new_tokens=cfg.max_new_tokens,
+                           temperature=cfg.temperature, batch_size=cfg.rollout_batch_size, seed=seed,
+                           partner_seats=cfg.partner_seats)
+    tag = records_tag("iter", k, session.rank, session.world_size)
+    clear_records(session.run.records, lambda prefix, step: prefix == "iter" and step == k)
+    episodes = engine.play(cfg.game, instances=shard, group_size=group_size, records_dir=session.run.records,
+                           records_tag=tag)
+    if failure := partner_failure(cfg, episodes, f"of round {k}"):
+        raise PlaypenError(f"{failure} (records: {session.run.records})")
+    return episodes
 
 
 def main_score(episode) -> float:
@@ -172,9 +212,9 @@ PARTNER_FAILURE_LIMIT = 0.5
 
 
 def partner_failure(cfg: GameConfig, episodes, when: str) -> str | None:
-    """Why training must stop because the teacher failed in too many of `episodes`, else None. Counted over all
+    """Why training must stop because the partner failed in too many of `episodes`, else None. Counted over all
     processes (each plays its own share), so every rank stops together."""
-    if not cfg.teacher:  # self-play: the learner is every partner
+    if not cfg.partner:  # self-play: the learner is every partner
         return None
     failed = [e.error for e in episodes if (e.error or "").startswith(PARTNER_FAILED)]
     parts = distributed.all_gather((len(failed), len(episodes), failed[0] if failed else None))
@@ -182,7 +222,7 @@ def partner_failure(cfg: GameConfig, episodes, when: str) -> str | None:
     if n_failed <= PARTNER_FAILURE_LIMIT * total:
         return None
     first = " ".join(next(p[2] for p in parts if p[2]).split())
-    return (f"teacher {cfg.teacher} failed in {n_failed} of {total} episodes {when} ({first[:200]}); stopped "
+    return (f"partner {cfg.partner} failed in {n_failed} of {total} episodes {when} ({first[:200]}); stopped "
             f"before training on them: check that its service is up and its key.json entry is valid")
 
 
@@ -190,12 +230,12 @@ def records_tag(prefix: str, step: int, rank: int, world: int) -> str:
     return f"{prefix}_{step:05d}" + (f"-rank{rank}" if world > 1 else "")
 
 
-def play_validation(policy, cfg: GameConfig, instances, teacher, records_dir: Path, tag: str) -> dict:
+def play_validation(policy, cfg: GameConfig, instances, partner, records_dir: Path, tag: str) -> dict:
     from playpen.rollout import RolloutEngine
 
-    engine = RolloutEngine(learner=policy, teacher=teacher, max_new_tokens=cfg.max_new_tokens,
+    engine = RolloutEngine(learner=policy, partner=partner, max_new_tokens=cfg.max_new_tokens,
                            temperature=cfg.validation_temperature, batch_size=cfg.rollout_batch_size,
-                           teacher_seats=cfg.teacher_seats)
+                           partner_seats=cfg.partner_seats)
     episodes = engine.play(cfg.game, instances=instances, group_size=1, records_dir=records_dir, records_tag=tag)
     return episode_stats(episodes)
 

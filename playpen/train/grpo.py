@@ -1,6 +1,6 @@
 """GRPO on games: the learner plays each training instance `group_size` times; reward = the episode's outcome.
 
-    playpen train grpo --config configs/grpo/demo.yaml [key=value ...]
+    playpen train grpo --config grpo/demo [key=value ...]
 
 TRL's GRPOTrainer does the algorithm (group-normalised advantages, clipped policy loss, KL to the reference
 with beta; with LoRA the reference is the model with adapters off); playpen supplies `rollout_func`:
@@ -9,7 +9,7 @@ whole multi-turn games by `playpen.rollout.RolloutEngine`, and each episode come
 (prompt_ids + completion_ids) with `env_mask` = 0 on game-master and partner tokens, so only the learner's own
 tokens are trained. Reward per episode (Episode.reward): main score / 100, 0 for a loss, -1 for an abort.
 
-Self-play: without a teacher the learner plays every role. With `teacher:` a frozen partner plays the other
+Self-play: without a partner the learner plays every role. With `partner:` a frozen model plays the other
 roles: a local Hugging Face model, or a remote API model (its key.json entry is checked before training).
 Records of every step are written under <run>/playpen-records, tagged step_NNNNN (rewritten on replay).
 """
@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from itertools import groupby
 
-from playpen.config import bounded
+from playpen.config import bounded, documented
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json, read_jsonl
 from playpen import distributed
@@ -32,20 +32,24 @@ class Config(game_play.GameConfig):
     """Keys of GameConfig and TrainConfig, plus a learned reward (learned_reward.py); `trainer:` takes
     trl.GRPOConfig keys."""
 
-    # episodes per instance: TRL's num_generations, whose rewards are normalised against each other
-    group_size: int = bounded(8, ge=2, hint="GRPO's advantage compares the episodes of a group")
-    prompts: str | None = None           # jsonl of prompts: single-turn GRPO against reward_model (no game)
-    reward_model: str | None = None      # sequence classifier (registry name, folder) or callable scorer
-    reward_label: str | None = None      # the label of a multi-label reward_model to reward
-    reward_weight: float = 1.0           # with a game: weight of the learned reward in the sum ...
-    game_reward_weight: float = 1.0      # ... and of the game's own episode reward
-    # reward of an aborted episode (a broken reply format); 0 makes a game's reward 1/0 once SFT has the format
-    abort_reward: float = -1.0
-    # train nothing from an episode in which a learner reply hit max_new_tokens (TRL's mask_truncated_completions
-    # looks at the last token of the whole episode, which is the game's, so it is not used)
-    mask_truncated: bool = False
-    # dynamic sampling (DAPO): up to N rounds per step refill groups whose episodes all score alike (0: off)
-    dynamic_sampling: int = bounded(0, ge=0, hint="refill rounds per step; 0 keeps uniform groups")
+    group_size: int = bounded(8, ge=2, hint="GRPO's advantage compares the episodes of a group",
+                              help="episodes per instance: TRL's num_generations, whose rewards are normalised "
+                                   "against each other")
+    prompts: str | None = documented(None, help="jsonl of prompts: single-turn GRPO against reward_model (no game)")
+    reward_model: str | None = documented(None, help="sequence classifier (registry name, folder) or callable "
+                                                     "scorer")
+    reward_label: str | None = documented(None, help="the label of a multi-label reward_model to reward")
+    reward_weight: float = documented(1.0, help="with a game: the weight of the learned reward in the sum ...")
+    game_reward_weight: float = documented(1.0, help="... and of the game's own episode reward")
+    abort_reward: float = documented(-1.0, help="reward of an aborted episode (a broken reply format); 0 makes a "
+                                                "game's reward 1/0 once SFT has the format")
+    mask_truncated: bool = documented(False, help="train nothing from an episode in which a learner reply hit "
+                                                  "max_new_tokens (TRL's mask_truncated_completions looks at the "
+                                                  "last token of the whole episode, which is the game's, so it is "
+                                                  "not used)")
+    dynamic_sampling: int = bounded(0, ge=0, hint="refill rounds per step; 0 keeps uniform groups",
+                                    help="dynamic sampling (DAPO): up to N rounds per step refill groups whose "
+                                         "episodes all score alike (0: off)")
 
 
 def instance_key(index: int, experiment, instance) -> str:
@@ -56,8 +60,8 @@ def instance_key(index: int, experiment, instance) -> str:
 class GameRollouts:
     """TRL's rollout_func and reward function for one game; keeps the counters saved with checkpoints."""
 
-    def __init__(self, session: Session, instances: list, teacher):
-        self.session, self.cfg, self.instances, self.teacher = session, session.cfg, instances, teacher
+    def __init__(self, session: Session, instances: list, partner):
+        self.session, self.cfg, self.instances, self.partner = session, session.cfg, instances, partner
         self.counters = {k: session.state.get(k, 0) for k in ("episodes", "rollouts")}
         self.timing = {"rollout_seconds": 0.0}
         self._writing = None  # the engine whose records are still being written, while the step trains
@@ -92,9 +96,9 @@ class GameRollouts:
             policy = self.policy(model)
             # seeded by (seed, rollout number, rank): a resumed run replays exactly the rollouts it lost
             seed = (cfg.seed * 1_000_003 + self.counters["rollouts"]) * 1_009 + session.rank
-            engine = RolloutEngine(learner=policy, teacher=self.teacher, max_new_tokens=cfg.max_new_tokens,
+            engine = RolloutEngine(learner=policy, partner=self.partner, max_new_tokens=cfg.max_new_tokens,
                                    temperature=cfg.temperature, batch_size=cfg.rollout_batch_size, seed=seed,
-                                   teacher_seats=cfg.teacher_seats)
+                                   partner_seats=cfg.partner_seats)
             self._writing = engine
 
             played = [0]  # episodes, refills included
@@ -112,7 +116,7 @@ class GameRollouts:
                     episodes, group, self.reward, play, draw, cfg.dynamic_sampling)
             model.train(was_training)
         if failure := game_play.partner_failure(cfg, episodes, f"of step {trainer.state.global_step}"):
-            self.finish_records()  # their error.json files say what the teacher answered
+            self.finish_records()  # their error.json files say what the partner answered
             raise PlaypenError(f"{failure} (records: {session.run.records})")
         if len(episodes) != len(prompts):
             raise RuntimeError(f"rollout engine returned {len(episodes)} episodes for {len(prompts)} prompts")
@@ -179,7 +183,7 @@ def _records_written_callback(game: GameRollouts):
     return RecordsWritten()
 
 
-def _validation_callback(session: Session, metrics, val_instances: list, teacher):
+def _validation_callback(session: Session, metrics, val_instances: list, partner):
     """Plays held-out validation instances (greedy by default) at the start, every N steps and at the end."""
     from transformers import TrainerCallback
 
@@ -203,7 +207,7 @@ def _validation_callback(session: Session, metrics, val_instances: list, teacher
                 m.eval()
                 policy = LocalPolicy(m, session.tokenizer, name=session.spec["model_name"].replace("/", "_"))
                 tag = game_play.records_tag("validation", step, session.rank, session.world_size)
-                stats = game_play.play_validation(policy, cfg, shard, teacher, session.run.records, tag) \
+                stats = game_play.play_validation(policy, cfg, shard, partner, session.run.records, tag) \
                     if shard else {}
                 m.train(was_training)
             parts = distributed.all_gather((stats, len(shard)))
@@ -280,14 +284,14 @@ class GRPO(Recipe):
                                    (prefix == "validation" and n > step))
         session.barrier()
         instances = game_play.train_instances(cfg, session.run.path if session.is_main else None)
-        teacher = game_play.load_teacher(cfg)
-        game = GameRollouts(session, instances, teacher)
+        partner = game_play.load_partner(cfg)
+        game = GameRollouts(session, instances, partner)
         dataset = Dataset.from_list([{"prompt": instance_key(i, exp, inst)} for i, (exp, inst) in enumerate(instances)])
         callbacks = session.callbacks(extra_state=game.state, resumed_step=session.state["step"])
         validation = None
         if cfg.validation_instances:
             val_instances = game_play.select_instances(cfg, "validation", cfg.validation_instances)
-            validation = _validation_callback(session, callbacks[0], val_instances, teacher)
+            validation = _validation_callback(session, callbacks[0], val_instances, partner)
             callbacks.insert(0, validation)  # its end-of-training row lands before metrics closes tensorboard
         callbacks.insert(0, _records_written_callback(game))  # before the checkpoint's state file says "done"
         reward_funcs, rollout_func = [GameRollouts.episode_reward], game.rollout

@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 
 from playpen import distributed
-from playpen.config import load_config
+from playpen.config import find_config, load_config
 from playpen.errors import PlaypenError
 from playpen.models import modeling, service
 from playpen.storage import RunDir, checkpoints_in, storage_full
@@ -37,6 +37,11 @@ from playpen.train.recipe import Recipe, Session
 from playpen.train.registration import finish
 from playpen.train.reruns import already_complete, config_changes, finished_run
 from playpen.train.run_folder import hold_run_dir, prepare_run_dir, run_id_of
+
+
+def keys_help(method: str) -> str:
+    """Where every config key of `method` is described, for a message refusing an unknown one."""
+    return f"every key: `playpen train {method} --help`"
 
 
 def load_recipe(method: str) -> Recipe:
@@ -54,17 +59,19 @@ def check_config(recipe: Recipe, cfg, where: str) -> str | None:
     if cfg.quantization and cfg.lora is None:
         raise PlaypenError(f"{where}: quantization: {cfg.quantization} trains adapters only; set lora: {{}} "
                            f"(QLoRA) or quantization: null")
-    if getattr(cfg, "teacher", None) and cfg.teacher != "programmatic":  # (the built-in games' experts)
-        from playpen.models.service import resolve
+    from playpen.models.service import resolve
 
-        resolve(cfg.teacher, "teacher")
+    for role in ("partner", "teacher"):  # (programmatic: the built-in games' experts)
+        if getattr(cfg, role, None) and getattr(cfg, role) != "programmatic":
+            resolve(getattr(cfg, role), role)
     return modeling.resolve_deepspeed(cfg.deepspeed, where)
 
 
 @service.once  # the learner and the teacher are resolved once per run (checked, loaded, registered)
 def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
     recipe = load_recipe(method)
-    cfg = load_config(recipe.Config, config_path, overrides)
+    config_path = find_config(config_path) if config_path else None  # a file, or a shipped config's name
+    cfg = load_config(recipe.Config, config_path, overrides, keys_help=keys_help(method))
     where = str(config_path) if config_path else "overrides"
     # ---- check: nothing is written before all of this passed
     deepspeed = check_config(recipe, cfg, where)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 from playpen.config import Bounds, check_keys, coerce
 from playpen.errors import PlaypenError
+from playpen.train.trackers import requested
 
 # Keys playpen sets itself from the top level of the config; users set them there, not under `trainer:`.
 MANAGED = {"output_dir": "the run directory", "seed": "seed", "data_seed": "seed", "deepspeed": "deepspeed",
-           "report_to": "playpen's metrics (metrics.jsonl + tensorboard)", "use_cpu": "automatic",
+           "use_cpu": "automatic",
            "resume_from_checkpoint": "automatic resume", "push_to_hub": "not supported",
            "logging_nan_inf_filter": "playpen stops on a non-finite loss"}
 ALIASES = {"gradient_checkpointing": "activation_checkpointing",
@@ -38,6 +39,11 @@ TRAINER_BOUNDS = {
     "steps_per_generation": Bounds(ge=1), "num_iterations": Bounds(ge=1),
     "beta": Bounds(ge=0, hint="the weight of the KL penalty to the reference model"),
 }
+
+
+def trainer_keys_help(cls) -> str:
+    """Where `trainer:`'s keys are described: TRL's own config class (its ~125 fields are not listed in a message)."""
+    return f"trainer: takes the fields of trl.{cls.__name__}"
 
 
 def _typed_section(cls, section: dict, where: str) -> dict:
@@ -91,9 +97,10 @@ def check_trainer(trl_config: str, section: dict, lora: dict | None, where: str,
         if key in forced:
             raise PlaypenError(f"{where}: trainer.{key} follows from playpen's "
                                f"{FORCED_FROM.get(key, 'own keys')}; set that instead")
-    check_keys(section, fields - set(MANAGED) - set(forced), f"{where}: trainer")
+    check_keys(section, fields - set(MANAGED) - set(forced), f"{where}: trainer", trainer_keys_help(cls))
     if lora is not None:
-        check_keys(lora, {f.name for f in dataclasses.fields(LoraConfig) if f.init}, f"{where}: lora")
+        check_keys(lora, {f.name for f in dataclasses.fields(LoraConfig) if f.init}, f"{where}: lora",
+                   "lora: takes the fields of peft.LoraConfig")
     with warnings.catch_warnings():  # (deprecation notes come again, once, when the real arguments are built)
         warnings.simplefilter("ignore")
         trl_arguments(_values_only(cls), section, where, output_dir=Path("checkpoints"),  # (never created)
@@ -106,7 +113,7 @@ def trl_arguments(cls, section: dict, where: str, *, output_dir: Path, seed: int
     import torch
 
     fields = {f.name for f in dataclasses.fields(cls) if f.init}
-    check_keys(section, fields - set(MANAGED) - set(forced or {}), f"{where}: trainer")
+    check_keys(section, fields - set(MANAGED) - set(forced or {}), f"{where}: trainer", trainer_keys_help(cls))
     cuda = torch.cuda.is_available()
     section = _typed_section(cls, section, where)
     for old, new in ALIASES.items():  # transformers 5 renamed these; the old name would be silently overridden
@@ -117,7 +124,8 @@ def trl_arguments(cls, section: dict, where: str, *, output_dir: Path, seed: int
         "bf16": bool(cuda and torch.cuda.is_bf16_supported()), "disable_tqdm": False,
         "dataloader_num_workers": 0, "activation_checkpointing": False,
         **defaults, **section, **(forced or {}),
-        "output_dir": str(output_dir), "seed": seed, "data_seed": seed, "report_to": "none",
+        "output_dir": str(output_dir), "seed": seed, "data_seed": seed,
+        "report_to": requested(section.get("report_to"), where) or "none",  # beside playpen's own metrics
         "logging_nan_inf_filter": False,  # the Trainer would log a nan loss as the window's mean: playpen stops
         "use_cpu": not cuda, "deepspeed": deepspeed,
     }

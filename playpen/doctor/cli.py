@@ -1,0 +1,45 @@
+"""`playpen doctor [--storage-root DIR] [--skip FEATURE ...] [--json]`: the checks of this machine as a table (or
+JSON), written to <storage_root>/doctor/<time>-local-<host>/doctor.json. Exit 0 when nothing FAILED, 1 otherwise."""
+from __future__ import annotations
+
+import argparse
+import platform
+import socket
+import sys
+import time
+
+from playpen.doctor.features import FEATURES
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--storage-root", default=None,
+                        help="the storage root to check and write the report under (default: $PLAYPEN_STORAGE "
+                             "or ./runs)")
+    parser.add_argument("--skip", action="append", default=[], choices=FEATURES,
+                        help="a feature not to try (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
+
+
+def main(args: argparse.Namespace) -> int:
+    from playpen.doctor import DOCTOR_FILE, local_checks, output_folder
+    from playpen.doctor.report import FAILED, as_json, table
+    from playpen.storage import atomic_write_text
+
+    start = time.perf_counter()
+    checks = local_checks(args.storage_root, tuple(args.skip))
+    meta = {"kind": "local", "host": socket.gethostname(), "platform": platform.platform(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "seconds": round(time.perf_counter() - start, 2)}
+    text = as_json(checks, **meta)
+    root = next((c.data.get("path") for c in checks if c.name == "storage_root" and c.status != FAILED), None)
+    written = None
+    if root is not None:
+        from pathlib import Path
+
+        written = atomic_write_text(output_folder(Path(root), "local") / DOCTOR_FILE, text)
+    if args.json:
+        print(text)
+    else:
+        print(table(checks))
+        print(f"doctor: {meta['seconds']:.1f} s; report: {written or 'not written (the storage root is not writable)'}")
+    sys.stdout.flush()
+    return 1 if any(c.status == FAILED for c in checks) else 0
