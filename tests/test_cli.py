@@ -124,7 +124,7 @@ def test_submit_help_of_a_method_is_the_train_help_of_it(capsys):
 def test_sweep_help_shows_the_sweep_defaults(capsys):
     keys = entries(help_of(capsys, "submit", "sweep"))
     assert keys["games"] == "  games: list[str | mapping] = [all]"
-    assert keys["temperature"] == "  temperature: float = 0.0, at least 0 (0 is greedy)"
+    assert keys["temperature"] == "  temperature: float = 0.0, at least 0 and at most 100 (0 is greedy)"
     assert keys["runs[].path"] == "  runs[].path: str (required)"
 
 
