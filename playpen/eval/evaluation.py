@@ -352,6 +352,8 @@ def format_val(val: dict) -> str:
         quality = "-" if g["quality"] is None else f"{g['quality']:.2f}"
         lines.append(f"{game + (' (static)' if g['static'] else ''):20s} {g['episodes']:8d} {g['played']:9.2f} "
                      f"{quality:>8s} {g['clemscore']:9.2f}")
+        if g.get("own"):  # the game's own episode scores (means over the episodes that logged them)
+            lines.append(f"{'':20s} " + ", ".join(f"{key} {value:.3g}" for key, value in g["own"].items()))
     fmt = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
     lines.append(f"clemscore {fmt(val['clemscore'])}   statscore {fmt(val['statscore'])}   "
                  f"({val['results_dir']}/{val.get('folder', val['model'])}{VAL_SUFFIX})")

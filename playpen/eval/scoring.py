@@ -16,15 +16,15 @@ clemcore 3.7 (`<model>/<game>/<experiment>/instance_NNNNN/scores.json`) and clem
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
-from playpen.reading import DATA_MAX_BYTES, read_json
 from playpen.errors import PlaypenError
-from playpen.games.scores import ABORTED, LOSE, SUCCESS, main_score
+from playpen.games.scores import ABORTED, COMMON, LOSE, SUCCESS, main_score
+from playpen.reading import DATA_MAX_BYTES, read_json
 from playpen.records import episode_location
 
 SCORES_FILE = "scores.json"
@@ -56,6 +56,7 @@ class GameSummary:
     success: float  # % of episodes with Success = 1
     lose: float
     aborted: float
+    own: dict = field(default_factory=dict)  # the game's own episode scores, each its mean where not NaN
 
     @property
     def clemscore(self) -> float:
@@ -110,9 +111,19 @@ def summarize_game(game: str, episodes: list[EpisodeScores]) -> GameSummary:
     played = _round(100 * float(np.mean([e.played for e in episodes])))
     quality = _nanmean(e.quality for e in episodes)
     rate = lambda key: _round(100 * sum(float(e.scores.get(key) or 0) for e in episodes) / n)  # noqa: E731
+    own = sorted({key for e in episodes for key in e.scores} - COMMON)
+    means = {key: _nanmean(_number(e.scores.get(key)) for e in episodes) for key in own}
     return GameSummary(game=game, episodes=n, played=played,
                        quality=None if math.isnan(quality) else _round(quality),
-                       success=rate(SUCCESS), lose=rate(LOSE), aborted=rate(ABORTED))
+                       success=rate(SUCCESS), lose=rate(LOSE), aborted=rate(ABORTED),
+                       own={key: float(np.round(value, 4)) for key, value in means.items() if not math.isnan(value)})
+
+
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def summarize(episodes: list[EpisodeScores]) -> dict[str, GameSummary]:
