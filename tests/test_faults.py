@@ -104,7 +104,8 @@ def test_the_trainer_logs_a_nan_loss_as_nan(tmp_path):
 
 
 def test_a_huge_iterations_count_does_not_hang_the_resume_check(tmp_path):
-    from playpen.train.dpo import DPO, DONE, _iter_dir
+    from playpen.train.dpo import DPO
+    from playpen.train.rounds import DONE, iter_dir as _iter_dir
 
     run = RunDir(tmp_path / "run").create()
     cfg = SimpleNamespace(data=None, iterations=1_000_000_000)
