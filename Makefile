@@ -37,8 +37,8 @@ test-fast: setup  ## the inner loop: no slow tests, no SLURM cluster
 	$(PY) -m pytest -m "not slow and not slurm" $(PYTEST_ARGS)
 
 demo: setup  ## GRPO+LoRA self-play on playpen-tiny through the same submit path a cluster user takes
-	$(PY) -m playpen.submit grpo --config configs/grpo/demo.yaml --executor local --wait
-	$(PY) -m playpen.demo --config configs/grpo/demo.yaml
+	$(PY) -m playpen.submit grpo --config grpo/demo --executor local --wait
+	$(PY) -m playpen.demo --config grpo/demo
 
 bench: setup  ## benchmarks; results are written to bench/results/*.md
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -16,7 +16,9 @@ Fixed before running (the design of shared/notes/learning-from-interaction.md):
    rft      `playpen train rft` (keep the learner's won episodes, SFT on its own tokens);
    grpo     `playpen train grpo`, the settings the arithmetic search found best (lr 2e-5, Dr. GRPO, batch-scaled
             rewards, beta 0, dynamic sampling 4, 1/0 reward);
-   rft-shuffled  the control: as many episodes kept, chosen at random.
+   rft-shuffled  the control: as many episodes kept, chosen at random;
+   gkd      `playpen train distill` with a model teacher: the bc arm of the same seed (a stronger checkpoint of the
+            same model), reverse KL on the learner's own episodes (beta 1); run where time allows (--arms ... gkd).
    Seeds: every arm in --seeds (dagger, rft, grpo: at least 2), every seed reported.
 3. Held out: numberguess validation (400, in domain) and instances_ood (300, wider ranges, more turns), greedy and
    sampled (T=0.7, on 200 / 150 of them); success ± s.e., the paired difference of each arm against bc (s.e. and McNemar), feedback
@@ -46,7 +48,7 @@ MODEL = "smol-135m"
 GAME = "numberguess"
 HELD_OUT = {"in domain": "validation", "out of domain": "instances_ood"}
 OTHER_GAMES = ("arithmetic", "referencegame")
-ON_POLICY = ("dagger", "rft", "grpo")
+ON_POLICY = ("dagger", "rft", "grpo", "gkd")
 SAMPLED = {"validation": 200, "instances_ood": 150}  # sampled held-out episodes per set (greedy: all 400 / 300)
 
 
@@ -102,7 +104,7 @@ def steps(args) -> int:
     return 2 if args.pilot else args.steps
 
 
-def arm(name: str, storage: Path, cold: Path, seed: int, args) -> tuple[Path | None, float]:
+def arm(name: str, storage: Path, cold: Path, seed: int, args, bc: Path | None = None) -> tuple[Path | None, float]:
     common = [f"model={cold}", f"seed={seed}", f"cpu_threads={args.threads}", f"game={GAME}", "max_new_tokens=12"]
     rounds = 2 if args.pilot else args.rounds
     per_round = max(1, steps(args) // rounds)
@@ -119,6 +121,13 @@ def arm(name: str, storage: Path, cold: Path, seed: int, args) -> tuple[Path | N
     instances = 8 if args.pilot else 48
     if name == "dagger":
         return train("distill", storage, ["experiment=interaction-dagger", *common, "teacher=programmatic",
+                                          f"rounds={rounds}", f"instances={instances}", "group_size=1",
+                                          f"temperature={args.temperature}", f"trainer.max_steps={per_round}",
+                                          *sft_like])
+    if name == "gkd":
+        if bc is None:
+            return None, float("nan")
+        return train("distill", storage, ["experiment=interaction-gkd", *common, f"teacher={bc}", "beta=1.0",
                                           f"rounds={rounds}", f"instances={instances}", "group_size=1",
                                           f"temperature={args.temperature}", f"trainer.max_steps={per_round}",
                                           *sft_like])
@@ -268,7 +277,7 @@ def report(arms: dict, timings: dict, curves: dict, args) -> None:
     print(f"[bench_interaction] wrote {out.with_suffix('.md')}", flush=True)
 
 
-ORDER = ["cold", "bc", "dagger", "rft", "grpo", "rft-shuffled"]
+ORDER = ["cold", "bc", "dagger", "rft", "grpo", "rft-shuffled", "gkd"]
 
 
 def plot(arms: dict, path: Path, args) -> None:
@@ -311,7 +320,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    arms, timings, curves = {}, {}, {}
+    arms, timings, curves, runs = {}, {}, {}, {}
     started = time.time()
     cold, seconds = cold_start(storage, args)
     if cold is None:
@@ -325,9 +334,10 @@ def main() -> None:
         for name in args.arms:
             if name in ("bc", "rft-shuffled") and seed != args.seeds[0] and len(args.seeds) > 2:
                 continue  # controls: the first two seeds only when many are asked for
-            run, seconds = arm(name, storage, cold, seed, args)
+            run, seconds = arm(name, storage, cold, seed, args, bc=runs.get(("bc", seed)))
             if run is None:
                 continue
+            runs[(name, seed)] = run
             timings[(name, seed)] = seconds
             curves[(name, seed)] = {"episodes": episodes_played(run)}
             arms[(name, seed)] = evaluate(str(run), f"{name}-s{seed}", storage, args)

@@ -251,7 +251,7 @@ def play(task: Task, name: str, split: str, limit: int | None, temperature: floa
     from playpen.train.players import frozen_policy
 
     policy = frozen_policy(resolve_model_spec(name))
-    teacher = dict(teacher=expert_model(seed=seed), teacher_seats=list(task.teacher_seats)) if task.teacher_seats \
+    teacher = dict(partner=expert_model(seed=seed), partner_seats=list(task.teacher_seats)) if task.teacher_seats \
         else {}
     engine = RolloutEngine(policy, **teacher, max_new_tokens=max_new_tokens, temperature=temperature, batch_size=48,
                            seed=seed, progress=False)

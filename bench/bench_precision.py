@@ -117,7 +117,7 @@ def child(method: str, bf16: str, storage: str, steps: int, batch: int, threads:
         run = train("sft", None, [*common, f"data={data}", f"trainer.per_device_train_batch_size={batch}"])
     else:
         run = train("grpo", None, [*common, "game=referencegame", "split=instances_train_variants",
-                                   "teacher=programmatic", "teacher_seats=[0]", "group_size=8", "max_new_tokens=16",
+                                   "partner=programmatic", "partner_seats=[0]", "group_size=8", "max_new_tokens=16",
                                    "temperature=0.7", "abort_reward=0", "trainer.per_device_train_batch_size=8",
                                    "trainer.gradient_accumulation_steps=6", "trainer.beta=0",
                                    "trainer.loss_type=dr_grpo", "trainer.learning_rate=2e-5"])

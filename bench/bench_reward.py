@@ -4,12 +4,12 @@
     python bench/bench_reward.py --model smol-135m --rl-lr 2e-4 ...   # the real model writes the clues and learns
                                                                      # → bench/results/reward-smol-135m.md
 
-Each step is the documented command, run as its own process (configs/reward/tiny_sentiment.yaml lists them):
+Each step is the documented command, run as its own process (reward/tiny_sentiment lists them):
 1. label: `playpen meter playpen-tiny --classifier vader` on the taboo describer train prompts (8 clues each):
    VADER's compound sentiment of every clue, written as labelled texts;
-2. reward model: `playpen train reward --config configs/reward/tiny_sentiment.yaml` on those (clues for the same
+2. reward model: `playpen train reward --config reward/tiny_sentiment` on those (clues for the same
    prompt compared, the more positive preferred), held-out pair accuracy;
-3. RL: `playpen train grpo --config configs/grpo/tiny_reward_model.yaml`, single-turn GRPO against the reward
+3. RL: `playpen train grpo --config grpo/tiny_reward_model`, single-turn GRPO against the reward
    model with beta > 0 (KL to the base model, logged per step);
 4. meter before/after: `playpen meter playpen-tiny --compare <trained>` on the held-out validation prompts, scored
    by VADER (the independent labeller: did the text really get more positive?) and by the reward model.
@@ -34,8 +34,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
-TRAIN_PROMPTS = "configs/reward/prompts/taboo_describer_train.jsonl"
-VAL_PROMPTS = "configs/reward/prompts/taboo_describer_validation.jsonl"
+TRAIN_PROMPTS = "reward/prompts/taboo_describer_train.jsonl"
+VAL_PROMPTS = "reward/prompts/taboo_describer_validation.jsonl"
 
 
 class Names:
@@ -254,14 +254,14 @@ def main() -> int:
     threads = override("cpu_threads", args.threads)
     step("1 label", f"meter {names.model} --classifier vader", label / f"{names.file}.summary.json", lambda: meter(
         names.model, "vader", label, args.label_samples, env, prompts=TRAIN_PROMPTS))
-    step("2 reward model", "train reward --config configs/reward/tiny_sentiment.yaml",
+    step("2 reward model", "train reward --config reward/tiny_sentiment",
          storage / names.rm_exp / "v1" / "reward_eval.json", lambda: playpen(
-             ["train", "reward", "--config", "configs/reward/tiny_sentiment.yaml", f"storage_root={storage}",
+             ["train", "reward", "--config", "reward/tiny_sentiment", f"storage_root={storage}",
               f"experiment={names.rm_exp}", f"model={args.rm_model}", f"data={label / f'{names.file}.labelled.jsonl'}",
               *threads, *override("trainer.max_steps", args.rm_steps)], env))
-    step("3 RL", "train grpo --config configs/grpo/tiny_reward_model.yaml",
+    step("3 RL", "train grpo --config grpo/tiny_reward_model",
          storage / names.rl_exp / "v1" / "model_registry.json", lambda: playpen(
-             ["train", "grpo", "--config", "configs/grpo/tiny_reward_model.yaml", f"storage_root={storage}",
+             ["train", "grpo", "--config", "grpo/tiny_reward_model", f"storage_root={storage}",
               f"experiment={names.rl_exp}", f"model={names.model}", f"reward_model={names.rm}", *threads,
               *([] if names.model == "playpen-tiny" else ["lora.modules_to_save=null"]),  # [norm]: the tiny's
               *override("trainer.max_steps", args.rl_steps), *override("trainer.beta", args.beta),

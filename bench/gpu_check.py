@@ -2,7 +2,7 @@
 PyTorch environment, within ~8 minutes,
 
 1. `playpen doctor` (every check in the report);
-2. playpen-tiny GRPO (configs/grpo/demo.yaml) for 20 steps in bf16 and SFT-LoRA for 20 steps, each killed (SIGKILL)
+2. playpen-tiny GRPO (grpo/demo) for 20 steps in bf16 and SFT-LoRA for 20 steps, each killed (SIGKILL)
    right after its step-10 checkpoint and rerun with the same command: the rerun must resume from checkpoint-10,
    every loss must be finite, the metrics cover steps 1-20 and the run folder be complete;
 3. the rollout engine against a plain `model.generate` loop and a raw cached decode loop on the same first-turn
@@ -114,7 +114,7 @@ def train_killed_and_resumed(method: str, overrides: list[str], work: Path, step
 
         config = overrides[overrides.index("--config") + 1]
         rest = [a for a in args[2:] if a not in ("--config", config)]
-        train(method, str(REPO / config), rest)
+        train(method, config, rest)
         return check_run(run_dir, steps, None, start, 0.0)
     with log.open("w") as out:
         first = playpen(*args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -167,8 +167,8 @@ def training(work: Path, dry: bool, timeout: float) -> dict:
     small = ["trainer.per_device_train_batch_size=8", "max_new_tokens=8", "validation_instances=0"] if dry else \
         ["validation_instances=0"]
     bf16 = [] if dry else ["trainer.bf16=true"]
-    runs = {"grpo": ["--config", "configs/grpo/demo.yaml", *small, *bf16],
-            "sft": ["--config", "configs/sft/tiny_lora.yaml", f"data={sft_data(work)}",
+    runs = {"grpo": ["--config", "grpo/demo", *small, *bf16],
+            "sft": ["--config", "sft/tiny_lora", f"data={sft_data(work)}",
                     "trainer.per_device_train_batch_size=8", "trainer.warmup_steps=1", *bf16]}
 
     results = {}

@@ -1,21 +1,23 @@
 """`playpen` command line: parse, then call one function. Heavy imports (torch, trl) happen inside commands.
 
     playpen list models [-v] | games [-v]
-    playpen train {sft,dpo,grpo,reward} --config configs/... [key=value ...]
-    playpen run my_trainer.py -l LEARNER [-t TEACHER] [-L MAX_NEW_TOKENS] [-T TEMPERATURE]
-    playpen eval MODEL [-g GAME ...] [-r RESULTS_DIR] [--skip_gameplay]
+    playpen train {sft,dpo,grpo,rloo,reward,rft,distill} --config NAME_OR_PATH [key=value ...]   (-h: every key)
+    playpen run my_trainer.py -l LEARNER [-p PARTNER] [-L MAX_NEW_TOKENS] [-T TEMPERATURE]
+    playpen eval MODEL [PARTNER] [-g GAME ...] [-r RESULTS_DIR] [--skip-gameplay] [--instance-set SET]
     playpen data RESULTS_DIR -o dataset.jsonl [--game G] [--outcome success] [--model M]
-    playpen meter MODEL --classifier C --prompts FILE [-n K] [--label L] [--compare OTHER]
+    playpen meter MODEL --classifier C --prompts FILE [-n K] [-T T] [--label L] [--compare OTHER]
     playpen screen MODEL -g GAME -o FILE [--split train] [-k 8] [-T 0.7] [-p programmatic --partner-seats 0]
-    playpen submit {sft,dpo,grpo,eval,sweep} [--config ...] [--nodes N] [--dry-run] [--wait]
-                                                                        (= python -m playpen.submit)
-    playpen status|logs RUN_DIR          playpen sweep [--config SWEEP.yaml]         playpen demo [--config ...]
-    playpen debate {tournament,curve,rejudge,transcripts,pairs} ...          (= python -m playpen.debate.TOOL)
-    playpen sweep-local SWEEP.yaml [key=value ...] | --status DIR     (= python -m playpen.eval.sweep; no SLURM)
-    playpen models build-tiny|convert-smol [--out DIR] [--force]   (= python -m playpen.models.tiny|smol;
-                                                                     playpen build-tiny is build-tiny)
+    playpen submit {sft,...,eval,meter,sweep,tournament,doctor} [--config ...] [--nodes N] [--dry-run] [--wait]
+    playpen submit status|logs RUN_OR_SWEEP_DIR                         (= python -m playpen.submit ...)
+    playpen demo [--config ...]
+    playpen debate {tournament,curve,rejudge,transcripts,pairs} ...    (= python -m playpen.debate.TOOL)
+    playpen models build-tiny|convert-smol [--out DIR] [--force]   (= python -m playpen.models.tiny|smol)
+    playpen configs list | copy NAME [DEST]                         (the shipped configs, by name)
     playpen containers render|check                                 (= python -m playpen.containers)
     playpen doctor [--storage-root DIR] [--skip FEATURE] [--json]   (as a job: playpen submit doctor --nodes N)
+
+Flags are spelled with dashes; clem's underscore spellings (--results_dir, --skip_gameplay, --instance_set,
+--batch_size) are read as the same flags. The old routes (MOVED, DEPRECATED) still work, with a note.
 """
 from __future__ import annotations
 
@@ -23,7 +25,10 @@ import argparse
 import importlib
 import json
 import sys
+import textwrap
 
+from playpen.config import deprecated
+from playpen.config_help import help_width
 from playpen.errors import OneLineParser, guarded
 
 # command → module that provides add_arguments(parser) and main(args) -> int; imported only when needed
@@ -33,8 +38,8 @@ COMMANDS = {
     "run": ("playpen.train.cli_run", "run a user-written trainer class (playpen run FILE -l LEARNER)"),
     "eval": ("playpen.eval.cli", "play and score the validation games: clemscore and statscore"),
     "data": ("playpen.data", "turn interactions.json files into a conversational dataset (jsonl)"),
-    "submit": ("playpen.submit.cli", "send a train/eval/sweep job to SLURM or local processes (= python -m "
-                                     "playpen.submit)"),
+    "submit": ("playpen.submit.cli", "send a train, eval, meter, sweep or tournament job to SLURM or local "
+                                     "processes; status and logs of a job (= python -m playpen.submit)"),
     "demo": ("playpen.demo", "evaluate the demo run: untrained vs trained on held-out instances"),
     "meter": ("playpen.reward.meter", "score a model's sampled completions with a classifier or scorer"),
     "debate": ("playpen.debate.cli", "debate tools: tournament, curve, rejudge, transcripts, pairs"),
@@ -43,13 +48,20 @@ COMMANDS = {
     "screen": ("playpen.eval.screening", "each instance's pass rate under a model; write those strictly between "
                                          "0 and 1 as an instances file (GRPO's split:)"),
     "models": ("playpen.models.cli", "build the bundled models: build-tiny, convert-smol"),
+    "configs": ("playpen.configs_cli", "the shipped configs: list them, copy one to edit (--config takes a "
+                                       "file or a shipped name, e.g. grpo/demo)"),
     "containers": ("playpen.containers", "render the Apptainer defs from the lock file, or check they match it"),
     "doctor": ("playpen.doctor.cli", "will a job run here? software, devices, features tried for real, storage "
                                      "(as a job: playpen submit doctor --nodes N)"),
 }
-# short forms of submit's own commands: `playpen status DIR` is `playpen submit status DIR`
-SUBMIT_ALIASES = {"status": "state, progress and log tail of a run or sweep directory",
-                  "logs": "print (or follow) a job's log", "sweep": "submit an eval sweep as one job array"}
+LIST_HELP = "list registered models or games"
+# `playpen --help` lists the commands by what they are for; a command not named here is listed under tools
+GROUPS = {"learn": ("train", "run", "data", "screen"), "evaluate": ("eval", "meter", "debate", "demo"),
+          "cluster": ("submit", "doctor", "containers"), "tools": ("list", "models", "configs")}
+# old routes → the one route of the same action: they still work, with one deprecation note, and are not listed
+MOVED = {"build-tiny": "models build-tiny", "status": "submit status", "logs": "submit logs", "sweep": "submit sweep"}
+# old commands of their own, until they go: `sweep-local` runs a sweep's cells in this process
+DEPRECATED = {"sweep-local": "submit sweep --executor local --wait (and submit status SWEEP_DIR)"}
 
 
 def list_models(verbose: bool) -> None:
@@ -104,8 +116,11 @@ def list_games(verbose: bool, selector: str | None = None) -> None:
 def main(argv: list[str] | None = None) -> int:
     """The one entry point: `playpen`, `python -m playpen.submit`, `python -m playpen.demo|data` all come here."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in SUBMIT_ALIASES:
-        argv = ["submit", *argv]
+    if argv and argv[0] in MOVED:
+        deprecated(f"playpen {argv[0]}", f"playpen {MOVED[argv[0]]}")
+        argv = [*MOVED[argv[0]].split(), *argv[1:]]
+    elif argv and argv[0] in DEPRECATED:
+        deprecated(f"playpen {argv[0]}", f"playpen {DEPRECATED[argv[0]]}")
     parser = build_parser_for(argv)
     try:  # usage mistakes end here with OneLineParser's line (and -h with its help), as an exit code
         args, extra = parser.parse_known_args(argv)
@@ -126,34 +141,47 @@ def dispatch(args: argparse.Namespace) -> int:
         else:
             list_games(args.verbose, args.selector)
         return 0
-    if args.command == "build-tiny":  # the short form of `playpen models build-tiny`
-        from playpen.models import tiny
-
-        return tiny.main(args)
     module = importlib.import_module(COMMANDS[args.command][0])
     return (module.run(args) if args.command == "submit" else module.main(args)) or 0
 
 
 def build_parser_for(argv: list[str]) -> argparse.ArgumentParser:
     """Only the chosen command's module is imported to add its arguments (keeps `playpen list` instant)."""
-    parser = OneLineParser(prog="playpen", description="Train and evaluate chat LLMs in interaction.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    listing = commands.add_parser("list", help="list registered models or games")
+    parser = OneLineParser(prog="playpen", usage="playpen [-h] COMMAND ...", description=commands_help(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                           epilog=textwrap.fill("`playpen COMMAND -h` shows a command's flags; `playpen train METHOD "
+                                                "-h` and `playpen submit KIND -h` list every config key.",
+                                                help_width(), break_on_hyphens=False))
+    # (the commands are listed by group in the description instead of argparse's one list)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS,
+                                     prog="playpen")
+    listing = commands.add_parser("list", help=LIST_HELP)
     listing.add_argument("what", choices=["models", "games"])
     listing.add_argument("-v", "--verbose", action="store_true")
     listing.add_argument("-s", "--selector", default=None,
                          help="games only: a name or clem's selector, e.g. \"{'benchmark':['2.0']}\"")
     chosen = argv[0] if argv else None
-    tiny = commands.add_parser("build-tiny", help="build the bundled tiny model (= playpen models build-tiny)")
-    if chosen == "build-tiny":
-        importlib.import_module("playpen.models.tiny").add_arguments(tiny)
-    for name, help_text in SUBMIT_ALIASES.items():
-        commands.add_parser(name, help=f"{help_text} (playpen submit {name})", add_help=False)
     for name, (module, help_text) in COMMANDS.items():
-        sub = commands.add_parser(name, help=help_text)
+        sub = commands.add_parser(name, **({} if name in DEPRECATED else {"help": help_text}))
         if name == chosen:
             importlib.import_module(module).add_arguments(sub)
     return parser
+
+
+def commands_help() -> str:
+    """The commands by what they are for (learn, evaluate, cluster, tools), one line of help each."""
+    helps = {"list": LIST_HELP, **{name: help_text for name, (_, help_text) in COMMANDS.items()
+                                    if name not in DEPRECATED}}
+    grouped = {group: [name for name in names if name in helps] for group, names in GROUPS.items()}
+    grouped["tools"] += [name for name in helps if not any(name in names for names in GROUPS.values())]
+    width, column = help_width(), max(map(len, helps)) + 4
+    lines = ["Train and evaluate chat LLMs in interaction."]
+    for group, names in grouped.items():
+        lines += ["", f"{group}:"]
+        for name in names:
+            lines += textwrap.wrap(helps[name], width, initial_indent=f"  {name}".ljust(column),
+                                   subsequent_indent=" " * column, break_on_hyphens=False)
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@ Every config error is one line naming the file, the key and what is allowed, rai
 `build` is the one validation layer of every schema (train configs, job specs, sweep files, cluster profiles):
 types from the annotations, finiteness of every float (no inf/nan), and the ranges declared next to the fields
 with `bounded(default, ge=..)` (or a `bounds=` dict for schemas derived from a function's signature). CLI flags
-that mean the same thing are checked with the same `Bounds`. Sections that are handed to a library (TRL's
+that mean the same thing are checked with the same `Bounds`. Each key's help text is data too, in the field's
+metadata (`documented(default, help=..)`, `bounded(.., help=..)`), which `playpen.config_help` lists for
+`playpen train METHOD -h` and `playpen submit KIND -h`; an unknown key is refused naming its close matches and
+where that help is. Sections that are handed to a library (TRL's
 `trainer:` arguments, PEFT's `lora:`) are checked against that library's own dataclass fields by `check_keys`,
 so a typo never reaches the library silently.
 """
@@ -24,9 +27,13 @@ from typing import Any, TypeVar
 import yaml
 
 from playpen.errors import PlaypenError
+# how files are read (regular files under a size bound, YAML without aliases) is playpen.reading's; read_text and
+# load_yaml are imported from here too, as they always were
+from playpen.reading import load_yaml, read_text, yaml_value  # noqa: F401
 
 T = TypeVar("T")
 BOUNDS = "playpen.bounds"  # dataclass field metadata key of a field's Bounds
+HELP = "help"  # dataclass field metadata key of a key's help text (the key TRL's and open-r1's fields use)
 
 
 @dataclass(frozen=True)
@@ -46,27 +53,42 @@ class Bounds:
             raise PlaypenError(f"{where}: expected a number, got {value!r}")
         if not math.isfinite(value):
             raise PlaypenError(f"{where}: must be a finite number, got {value}")
-        if ((self.ge is not None and value < self.ge) or (self.gt is not None and value <= self.gt)
-                or (self.le is not None and value > self.le)):
-            hint = f" ({self.hint})" if self.hint else ""
-            raise PlaypenError(f"{where}: must be {self.allowed()}, got {value}{hint}")
+        hint = f" ({self.hint})" if self.hint else ""
+        if (self.ge is not None and value < self.ge) or (self.gt is not None and value <= self.gt):
+            low = f"at least {_number(self.ge)}" if self.ge is not None else f"greater than {_number(self.gt)}"
+            raise PlaypenError(f"{where}: must be {low}, got {value}{hint}")
+        if self.le is not None and value > self.le:
+            raise PlaypenError(f"{where}: must be at most {_number(self.le)}, got {value}{hint}")
 
     def allowed(self) -> str:
-        low = f"at least {self.ge:g}" if self.ge is not None else f"greater than {self.gt:g}" \
+        """The range in words (`--help` shows it): "at least 1", "at least 0 and at most 4294967295"."""
+        low = f"at least {_number(self.ge)}" if self.ge is not None else f"greater than {_number(self.gt)}" \
             if self.gt is not None else None
         if low and self.le is not None:
-            return f"{low} and at most {self.le:g}"
-        return low or f"at most {self.le:g}"
+            return f"{low} and at most {_number(self.le)}"
+        return low or f"at most {_number(self.le)}"
 
-    def field(self, default: Any = dataclasses.MISSING) -> Any:
-        """A dataclass field with these bounds, enforced by `build`."""
-        return dataclasses.field(default=default, metadata={BOUNDS: self})
+    def field(self, default: Any = dataclasses.MISSING, help: str = "") -> Any:
+        """A dataclass field with these bounds, enforced by `build`, and its help text."""
+        return dataclasses.field(default=default, metadata={BOUNDS: self, HELP: help})
+
+
+def _number(value: float) -> str:
+    """A bound as written: 4294967295, not 4.29497e+09."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def bounded(default: Any = dataclasses.MISSING, *, ge: float | None = None, gt: float | None = None,
-            le: float | None = None, hint: str = "") -> Any:
-    """`max_new_tokens: int = bounded(64, ge=1)`: a config field whose range `build` checks."""
-    return Bounds(ge, gt, le, hint).field(default)
+            le: float | None = None, hint: str = "", help: str = "") -> Any:
+    """`max_new_tokens: int = bounded(64, ge=1, help="per reply")`: a config key whose range `build` checks;
+    `playpen train METHOD --help` shows the range, the hint and the help."""
+    return Bounds(ge, gt, le, hint).field(default, help)
+
+
+def documented(default: Any = dataclasses.MISSING, *, help: str, factory: Any = dataclasses.MISSING) -> Any:
+    """`game: str | None = documented(None, help="...")`: a config key with its help text as data, which
+    `playpen train METHOD --help` and `playpen submit KIND --help` list (`factory` makes a mutable default)."""
+    return dataclasses.field(default=default, default_factory=factory, metadata={HELP: help})
 
 
 class Checked(str):
@@ -76,40 +98,6 @@ class Checked(str):
     @classmethod
     def check(cls, value: str, where: str) -> str:
         return value
-
-
-def read_text(path: str | Path, what: str) -> str:
-    """The text of a file the user named, or one line saying what the path is instead: missing, a folder, not
-    readable, or not text (a binary file)."""
-    path = Path(path).expanduser()
-    if path.is_dir():
-        raise PlaypenError(f"{what} {path} is a folder, not a file")
-    if not path.exists():
-        raise PlaypenError(f"{what} {path} not found")
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise PlaypenError(f"{what} {path} is not a text file (binary?)") from None
-    except OSError as e:
-        raise PlaypenError(f"{what} {path} cannot be read ({e.strerror})") from None
-
-
-def load_yaml(path: str | Path, what: str = "config file") -> dict:
-    path = Path(path)
-    text = read_text(path, what)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise PlaypenError(f"{where}: YAML syntax error: {e.problem}") from None
-    except yaml.YAMLError as e:  # e.g. control characters: a file that is not YAML at all
-        raise PlaypenError(f"{path}: not a YAML file ({' '.join(str(e).split())[:120]})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise PlaypenError(f"{path}: top level must be a mapping of keys, got {type(data).__name__}")
-    return data
 
 
 def parse_overrides(pairs: list[str]) -> dict:
@@ -134,7 +122,7 @@ def _scalar(pair: str, raw: str) -> Any:
     if not raw:
         return ""
     try:
-        return yaml.safe_load(raw)
+        return yaml_value(raw)
     except yaml.YAMLError as e:
         problem = getattr(e, "problem", None) or " ".join(str(e).split())[:80]
         raise PlaypenError(f"override {pair!r}: the value is not valid YAML ({problem}); quote it, e.g. "
@@ -151,13 +139,16 @@ def merge(base: dict, extra: dict) -> dict:
     return merged
 
 
-def check_keys(data: dict, allowed: typing.Iterable[str], where: str) -> None:
+def check_keys(data: dict, allowed: typing.Iterable[str], where: str, keys_help: str = "") -> None:
+    """Every key of `data` is allowed; an unknown one is refused with its close matches and `keys_help` (where
+    every key is described, e.g. "every key: `playpen train sft --help`"), else the list of allowed keys."""
     allowed = sorted(allowed)
     for key in data:
         if key not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=3)
             hint = f"did you mean {', '.join(close)}? " if close else ""
-            raise PlaypenError(f"{where}: unknown key '{key}'; {hint}allowed: {', '.join(allowed)}")
+            rest = f"({keys_help})" if keys_help else f"allowed: {', '.join(allowed)}"
+            raise PlaypenError(f"{where}: unknown key '{key}'; {hint}{rest}")
 
 
 def _type_name(tp: Any) -> str:
@@ -216,21 +207,24 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
 
 
 def signature_dataclass(func, name: str, skip: tuple[str, ...] = (), extra: tuple = (),
-                        bounds: dict[str, Bounds] | None = None, types: dict[str, Any] | None = None) -> type:
+                        bounds: dict[str, Bounds] | None = None, types: dict[str, Any] | None = None,
+                        helps: dict[str, str] | None = None) -> type:
     """A config dataclass whose keys are `func`'s own keyword arguments (types and defaults included), plus
     `extra` (name, type, default) fields: a job's YAML keys cannot drift from the function the job calls.
     `bounds` gives arguments their ranges, checked by `build` as any other field's; `types` replaces an
-    argument's annotation (e.g. a path that must be a `Location` in a job's YAML)."""
+    argument's annotation (e.g. a path that must be a `Location` in a job's YAML); `helps` their help texts."""
     hints = {**typing.get_type_hints(func), **(types or {})}
-    bounds = bounds or {}
+    bounds, helps = bounds or {}, helps or {}
     fields = []
     for param in inspect.signature(func).parameters.values():
         if param.name in skip or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         default = dataclasses.MISSING if param.default is param.empty else param.default
-        field = bounds[param.name].field(default) if param.name in bounds else dataclasses.field(default=default)
+        help_text = helps.get(param.name, "")
+        field = bounds[param.name].field(default, help_text) if param.name in bounds else \
+            documented(default, help=help_text)
         fields.append((param.name, hints.get(param.name, Any), field))
-    fields += [(n, tp, dataclasses.field(default=d)) for n, tp, d in extra]
+    fields += [(n, tp, documented(d, help=helps.get(n, ""))) for n, tp, d in extra]
     return dataclasses.make_dataclass(name, fields, frozen=True)
 
 
@@ -260,11 +254,12 @@ def renamed(data: dict, fields: typing.Iterable[str], where: str) -> dict:
     return data
 
 
-def build(cls: type[T], data: dict, where: str) -> T:
-    """Build dataclass `cls` from `data`; `where` is "file.yaml" or "file.yaml: section" for messages."""
+def build(cls: type[T], data: dict, where: str, keys_help: str = "") -> T:
+    """Build dataclass `cls` from `data`; `where` is "file.yaml" or "file.yaml: section" for messages, `keys_help`
+    says where every key is described (check_keys)."""
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     data = renamed(data, fields, where)
-    check_keys(data, fields, where)
+    check_keys(data, fields, where, keys_help)
     hints = typing.get_type_hints(cls)
     kwargs = {name: coerce(value, hints[name], f"{where}: {name}") for name, value in data.items()}
     for name, value in kwargs.items():
@@ -277,8 +272,11 @@ def build(cls: type[T], data: dict, where: str) -> T:
     return cls(**kwargs)
 
 
-def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] = (), **defaults) -> T:
-    """defaults < YAML file < key=value overrides."""
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] = (), *, keys_help: str = "",
+                **defaults) -> T:
+    """defaults < YAML file < key=value overrides; `path` is a file or a shipped config's name (find_config);
+    `keys_help` as in `build`."""
+    path = find_config(path) if path else None
     where = str(path) if path else "overrides"
     fields = [f.name for f in dataclasses.fields(cls)]
     # each layer renamed on its own: an old spelling in one layer overrides the new spelling in a lower one
@@ -286,32 +284,67 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     data: dict = {}
     for layer in layers:
         data = merge(data, renamed(layer, fields, where))
-    return build(cls, data, where)
+    return build(cls, data, where, keys_help)
 
 
 def to_dict(obj: Any) -> Any:
     return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """Writes a value twice rather than as an alias: playpen's loader refuses aliases."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
 def dump_yaml(obj: Any) -> str:
-    return yaml.safe_dump(to_dict(obj), sort_keys=False)
+    return yaml.dump(to_dict(obj), Dumper=_PlainDumper, sort_keys=False)
 
 
 # ---------------------------------------------------------------- packaged defaults
 
 def packaged_configs() -> Path:
-    """playpen/configs/: the defaults the code falls back to, shipped as package data (pip install, the image)."""
+    """playpen/configs/: the one copy of every shipped config, package data (pip install, the image)."""
     from importlib.resources import files
 
     return Path(str(files("playpen") / "configs"))
 
 
+def packaged_config_names() -> list[str]:
+    """Every shipped config by the name `--config` takes: its path under playpen/configs/, a YAML file without
+    its suffix (`grpo/demo`), any other file with it (`deepspeed/zero2.json`)."""
+    root = packaged_configs()
+    files = [p for p in root.rglob("*") if p.is_file() and p.name != "README.md" and "__pycache__" not in p.parts]
+    return sorted(str(p.relative_to(root).with_suffix("") if p.suffix == ".yaml" else p.relative_to(root))
+                  for p in files)
+
+
 def config_file(path: str | Path) -> Path:
-    """A config-side file named in a config or on a command line (`configs/deepspeed/zero2.json`, a prompts file):
-    as given, relative to the working directory; else, for a `configs/...` path, playpen's packaged copy of it.
+    """A config-side file named on a command line or in a config (`--config`, `deepspeed:`, `prompts:`): an
+    existing path as given; else a shipped config by name, the same everywhere (any folder, the image):
+    `grpo/demo`, `grpo/demo.yaml` and `configs/grpo/demo.yaml` all name playpen/configs/grpo/demo.yaml.
     Returns the path as given when neither exists (the caller says what is missing)."""
     given = Path(path).expanduser()
-    if given.exists() or given.is_absolute() or given.parts[:1] != ("configs",):
+    if given.exists() or given.is_absolute() or ".." in given.parts or not given.parts:
         return given
-    packaged = packaged_configs().joinpath(*given.parts[1:])
-    return packaged if packaged.exists() else given
+    parts = given.parts[1:] if given.parts[0] == "configs" and len(given.parts) > 1 else given.parts
+    packaged = packaged_configs().joinpath(*parts)
+    for candidate in (packaged, packaged.with_name(packaged.name + ".yaml")):
+        if candidate.is_file():
+            return candidate
+    return given
+
+
+def find_config(path: str | Path, what: str = "config file") -> Path:
+    """`--config NAME_OR_PATH`: config_file's answer, or one line naming what was looked for and the closest
+    shipped names. A folder or an unreadable file is returned as it is (load_yaml says what is wrong)."""
+    found = config_file(path)
+    if found.exists():
+        return found
+    names = packaged_config_names()
+    stem = str(path).removeprefix("configs/").removesuffix(".yaml")
+    close = difflib.get_close_matches(stem, names, n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    raise PlaypenError(f"{what} {path} not found: no such file here, nor a shipped config of that name "
+                       f"(playpen configs list){hint}")

@@ -32,7 +32,8 @@ from pathlib import Path
 from playpen import records
 from playpen.errors import PlaypenError
 from playpen.games.scores import main_score
-from playpen.storage import atomic_write_text, unwritable
+from playpen.reading import DATA_MAX_BYTES, read_bytes
+from playpen.storage import atomic_write_text, check_output_file
 
 OUTCOMES = ("success", "lose", "aborted", "unknown")
 OUTCOME_ALIASES = {"failure": "lose", "loss": "lose", "lost": "lose", "abort": "aborted", "won": "success"}
@@ -58,8 +59,16 @@ class Stats:
 # ---------------------------------------------------------------- reading one episode
 
 def _load_lenient(path: Path):
-    """json.loads accepts NaN/Infinity, as clembench's score files need."""
-    return json.loads(path.read_text(encoding="utf-8"))
+    """json.loads accepts NaN/Infinity, as clembench's score files need. A file that is not a regular one (a FIFO
+    planted among the records) or not JSON is a ValueError: the episode is skipped with the reason."""
+    try:
+        data = read_bytes(path, "records file", DATA_MAX_BYTES)
+    except PlaypenError as e:
+        raise ValueError(f"unreadable: {e}") from None
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("nested too deep to read") from None
 
 
 def _parse_player(name: str, value, pair_models: list[str]) -> tuple[str, str]:
@@ -237,8 +246,7 @@ def convert(results_or_records_dir: str | Path, out_jsonl: str | Path, game: str
         raise PlaypenError(f"{root} is not a folder; point `playpen data` at a results or playpen-records folder")
     if out.is_dir():
         raise PlaypenError(f"output {out} is a folder; give a file, e.g. -o {out / 'dataset.jsonl'}")
-    if why := unwritable(out.parent):
-        raise PlaypenError(f"output {out} cannot be written ({why}); give -o a file in a writable folder")
+    out = check_output_file(out, "output")
     outcome = normalize_outcome(outcome)
     files = records.interactions_files(root)
     if not files:

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from playpen.config import read_text
+from playpen.reading import DATA_MAX_BYTES
 from playpen.errors import PlaypenError
+from playpen.storage import jsonl_lines
 
 
 def same_sides(row: dict) -> str | None:
@@ -25,17 +27,19 @@ def read_jsonl_rows(path: str | None, where: str, key: str, check_row, limit: in
         raise PlaypenError(f"{where}: {key} is required (a jsonl file)")
     file = Path(path).expanduser()
     try:
-        text = read_text(file, f"{key} file")
+        text = read_text(file, f"{key} file", DATA_MAX_BYTES)
     except PlaypenError as e:
         raise PlaypenError(f"{where}: {e}") from None
     rows = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(jsonl_lines(text), 1):  # (at newlines only: U+2028 is a JSON string's)
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise PlaypenError(f"{file}:{number}: malformed JSON: {e.msg}") from None
+        except RecursionError:
+            raise PlaypenError(f"{file}:{number}: nested too deep to read; flatten the row") from None
         problem = check_row(row) if isinstance(row, dict) else "expected a JSON object"
         if problem:
             raise PlaypenError(f"{file}:{number}: {problem}")

@@ -1,5 +1,6 @@
 """Defaults defined once: the generation settings that `playpen eval`, `playpen run`, sweeps, tournaments and
-re-judging start from, and the ranges every one of them checks (bottom layer: only config and errors below).
+re-judging start from, the ranges every one of them checks and what each means (bottom layer: only config and
+errors below).
 """
 from __future__ import annotations
 
@@ -14,12 +15,22 @@ SEED = 0
 
 # The ranges of evaluate()'s numeric arguments, wherever they come from: `playpen eval`'s flags, `submit eval`
 # specs (playpen.submit.jobs.EvalSpec), sweep files (playpen.eval.sweep) and `playpen run`'s -L/-T.
+# Upper bounds are far above any real setting; past them a value is a typo that would exhaust memory or fail deep
+# inside a library (numpy takes seeds below 2^32).
+MAX_SEED = 2**32 - 1
 EVAL_BOUNDS = {
-    "max_new_tokens": Bounds(ge=1), "temperature": Bounds(ge=0, hint="0 is greedy"), "instances": Bounds(ge=1),
-    "batch_size": Bounds(ge=1), "seed": Bounds(ge=0),
+    "max_new_tokens": Bounds(ge=1, le=1 << 17), "temperature": Bounds(ge=0, le=100, hint="0 is greedy"),
+    "instances": Bounds(ge=1, le=10**7), "batch_size": Bounds(ge=1, le=1 << 16), "seed": Bounds(ge=0, le=MAX_SEED),
 }
 FLAGS = {"max_new_tokens": "-L/--max-new-tokens", "temperature": "-T/--temperature", "instances": "--instances",
-         "batch_size": "-b/--batch_size", "seed": "--seed"}
+         "batch_size": "-b/--batch-size", "seed": "--seed"}
+# what each of them means, wherever it is a config key (`submit eval` specs, sweep files)
+EVAL_HELP = {
+    "max_new_tokens": "max new tokens per reply", "temperature": "sampling temperature (0: greedy)",
+    "instances": "play at most N instances per game, spread over its experiments (null: all)",
+    "batch_size": "episodes generated together",
+    "seed": "sampling seed of the rollout engine when temperature > 0 (another seed plays other episodes)",
+}
 
 
 def check_flags(args: argparse.Namespace) -> None:
@@ -45,3 +56,4 @@ def add_max_new_tokens(parser: argparse.ArgumentParser, default: int | None = MA
                         help=help)
     parser.add_argument("--max_tokens", dest="max_new_tokens", type=int, action=OldSpelling,
                         help=argparse.SUPPRESS)
+

@@ -1,6 +1,6 @@
 """The demo's proof on held-out data: clemscore of the untrained model vs the trained adapter.
 
-    playpen demo [--config configs/grpo/demo.yaml] [key=value ...]      (= python -m playpen.demo)
+    playpen demo [--config grpo/demo] [key=value ...]      (= python -m playpen.demo)
 
 Run after `python -m playpen.submit grpo --config ... --wait` (what `make demo` does). It finds the run dir the
 same way the trainer does (config hash), evaluates the base model and the run's registered adapter on the
@@ -10,14 +10,12 @@ temperature), prints both and plots them beside the learning curve.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 
-from playpen.config import packaged_configs
 from playpen.errors import PlaypenError
-from playpen.storage import RunDir, atomic_write_json
+from playpen.storage import RunDir, atomic_write_json, write_figure
 
 PLOT_FILE = "demo_eval.png"
 
@@ -25,9 +23,9 @@ PLOT_FILE = "demo_eval.png"
 def run_dir_for(method: str, config: str, overrides: list[str]) -> tuple[RunDir, object]:
     from playpen.config import load_config
     from playpen.train.run_folder import run_id_of
-    from playpen.train.runner import load_recipe
+    from playpen.train.runner import keys_help, load_recipe
 
-    cfg = load_config(load_recipe(method).Config, config, overrides)
+    cfg = load_config(load_recipe(method).Config, config, overrides, keys_help=keys_help(method))
     run = RunDir.for_experiment(cfg.storage_root, cfg.experiment, run_id_of(method, cfg))
     if not (run.path / "model_registry.json").is_file():
         raise PlaypenError(f"{run.path} has no trained model yet; run "
@@ -71,15 +69,15 @@ def plot(results: dict, out: Path) -> None:
         ax.set_title(f"{title} (validation)")
     fig.suptitle("untrained vs trained, playpen eval (error bars: s.e. over sampling seeds)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    write_figure(out, fig, dpi=120)
     plt.close(fig)
 
 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=str(packaged_configs() / "grpo" / "demo.yaml"),
-                        help="the trained run's config (default: the demo)")
+    parser.add_argument("--config", default="grpo/demo",
+                        help="the trained run's config, a file or a shipped config's name (default: grpo/demo)")
     parser.add_argument("--method", default="grpo")
     parser.add_argument("--samples", type=int, default=SAMPLES,
                         help="evaluations at the rollout temperature, one per sampling seed (default: %(default)s)")
@@ -92,7 +90,7 @@ def main(args: argparse.Namespace) -> int:
     if args.samples < 1:
         raise PlaypenError(f"--samples must be >= 1, got {args.samples}")
     run, cfg = run_dir_for(args.method, args.config, args.overrides)
-    trained = json.loads((run.path / "model_registry.json").read_text())[-1]["model_name"]
+    trained = run.model_name  # (the one name its model_registry.json may define)
     # greedy is clemscore's protocol (one play per instance); the rollout temperature shows what RL changed
     # in the sampled policy, played `samples` times per instance so that a difference is not sampling noise
     temperatures = sorted({0.0, float(cfg.validation_temperature or 0.0)})

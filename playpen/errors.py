@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from typing import Callable
 
 
 class PlaypenError(Exception):
@@ -35,10 +36,41 @@ def guarded(command, *args) -> int:
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """Usage mistakes (a missing argument, `-L abc`) are one line too, like every other bad input."""
+    """Usage mistakes (a missing argument, `-L abc`) are one line too, like every other bad input.
+
+    Flags are spelled with dashes (`--results-dir`); the same flag with underscores, as clem spells its own
+    (`--results_dir`, `--skip_gameplay`), is read as that flag and never shown in --help.
+
+    A command that reads a config sets `keys_help`: --help then lists every config key after the flags, for what
+    was parsed before -h (`playpen train grpo -h`: grpo's keys)."""
+
+    keys_help: Callable[[argparse.Namespace], str] | None = None
 
     def error(self, message: str):
         self.exit(2, f"playpen: error: {self.prog}: {message} (see `{self.prog} -h`)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        # (a subcommand's parser is called with the rest of the line: each level reads its own flags)
+        self._parsed = argparse.Namespace() if namespace is None else namespace
+        return super().parse_known_args(self._dashed(sys.argv[1:] if args is None else list(args)), self._parsed)
+
+    def format_help(self) -> str:
+        keys = self.keys_help(getattr(self, "_parsed", argparse.Namespace())) if self.keys_help else ""
+        return super().format_help() + (f"\n{keys}\n" if keys else "")
+
+    def _dashed(self, args: list[str]) -> list[str]:
+        """`--results_dir X` and `--results_dir=X` as `--results-dir`, where this parser has that flag only."""
+        out = []
+        for i, arg in enumerate(args):
+            if arg == "--":  # what follows is never a flag
+                return out + args[i:]
+            flag, equals, value = arg.partition("=")
+            dashed = flag.replace("_", "-")
+            if (flag.startswith("--") and dashed != flag and flag not in self._option_string_actions
+                    and dashed in self._option_string_actions):
+                arg = dashed + equals + value
+            out.append(arg)
+        return out
 
 
 def run_command(prog: str, add_arguments, main, argv: list[str] | None = None, description: str | None = None) -> int:

@@ -18,7 +18,6 @@ name gets `.1`, `.2`, ... Files are written to a temp file and renamed, so reade
 from __future__ import annotations
 
 import hashlib
-import json
 import queue
 import re
 import threading
@@ -27,7 +26,8 @@ from datetime import datetime
 from pathlib import Path
 
 from playpen.errors import PlaypenError
-from playpen.storage import atomic_write_json, slug_joined
+from playpen.reading import DATA_MAX_BYTES
+from playpen.storage import atomic_write_json, make_folder, read_json_or_none, slug_joined
 
 
 INTERACTIONS, SCORES, INSTANCE, EXPERIMENT, ERROR = (
@@ -76,17 +76,18 @@ def episode_location(path: Path) -> EpisodeLocation:
 def interactions_files(root: str | Path, finished: bool = False) -> list[Path]:
     """Every episode's interactions.json under `root`, in path order; `finished`: not those that broke off with an
     error (error.json from the rollout engine), which clem's runner would not have recorded at all."""
-    files = sorted(Path(root).rglob(INTERACTIONS))
+    root = Path(root)
+    # (a hidden folder is a game still being played, or one a killed process left: .playing.*)
+    files = [p for p in sorted(root.rglob(INTERACTIONS))  # (a FIFO or device there is no record: readers hang)
+             if not any(part.startswith(".") for part in p.relative_to(root).parts[:-1]) and p.is_file()]
     return [p for p in files if not (p.parent / ERROR).exists()] if finished else files
 
 
 def sidecar(path: Path, name: str, default=None):
     """An episode's other file (instance.json, scores.json) beside its interactions.json, parsed; `default` when it
     is missing or unreadable (clemcore writes bare NaN, which Python's json reads)."""
-    try:
-        return json.loads((Path(path).parent / name).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return default
+    value = read_json_or_none(Path(path).parent / name, DATA_MAX_BYTES)  # (a FIFO planted there: absent)
+    return default if value is None else value
 
 
 # ---------------------------------------------------------------- writing
@@ -113,7 +114,7 @@ def preferred_name(game_id: int, group_index: int = 0, branch_index: int = 0) ->
 
 
 def claim_dir(parent: Path, preferred: str) -> Path:
-    parent.mkdir(parents=True, exist_ok=True)
+    make_folder(parent, "records folder")
     for n in range(10_000):
         path = parent / (preferred if n == 0 else f"{preferred}.{n}")
         try:
@@ -130,7 +131,8 @@ class RecordWriter:
 
     def __init__(self, records_dir: str | Path, models: str, tag: str | None, player_model_infos: dict,
                  threads: int = 4, game_path: str | Path | None = None):
-        self.root = Path(records_dir) / models
+        self.records_dir = Path(records_dir)
+        self.root = self.records_dir / models
         if tag:
             if "/" in tag or tag.startswith("."):
                 raise PlaypenError(f"records_tag {tag!r} must be a plain folder name (no '/')")
@@ -176,8 +178,8 @@ class RecordWriter:
     def write(self, record: EpisodeRecord) -> Path:
         experiment_dir = self.root / record.game / record.experiment["name"]
         experiment_file = experiment_dir / EXPERIMENT
+        make_folder(experiment_dir, "records folder", root=self.records_dir)  # (no level of it a link planted there)
         if not experiment_file.is_file():
-            experiment_dir.mkdir(parents=True, exist_ok=True)
             config = {k: v for k, v in record.experiment.items() if k != "game_instances"}
             config.update(timestamp=datetime.now().isoformat(), game_name=record.game, game_path=self.game_path,
                           player_models=self.infos)

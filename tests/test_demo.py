@@ -18,7 +18,7 @@ SHORT = ["trainer.max_steps=2", "trainer.save_steps=1", "validation_instances=3"
 @pytest.mark.slow
 def test_demo_chain_trains_registers_and_compares_on_validation(tmp_path):
     env = {**os.environ, "PLAYPEN_STORAGE": str(tmp_path / "runs")}
-    config = str(REPO / "configs" / "grpo" / "demo.yaml")
+    config = "grpo/demo"  # a shipped config by name: the run works from any folder
     submit = subprocess.run([sys.executable, "-m", "playpen.submit", "grpo", "--config", config, "--executor",
                              "local", "--wait", *SHORT], cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=600)

@@ -186,7 +186,7 @@ def test_submit_doctor_as_a_local_job(tmp_path):
 def test_submit_doctor_on_two_slurm_nodes_and_with_a_wrong_interface(devcluster, tmp_path):  # noqa: F811
     """Two jobs at once: the whole doctor on 2 nodes (DeepSpeed's step over the job's gloo group), and one whose
     profile names an interface no node has (the rendezvous fails in one line on both ranks)."""
-    profile = (REPO / "configs" / "cluster" / "devcluster.yaml").read_text()
+    profile = (REPO / "playpen" / "configs" / "cluster" / "devcluster.yaml").read_text()
     bad_profile = tmp_path / "badnet.yaml"
     bad_profile.write_text(profile + "nccl:\n  GLOO_SOCKET_IFNAME: nope0\n")
     started = time.monotonic()

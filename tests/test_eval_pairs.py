@@ -97,7 +97,7 @@ def test_instances_count_within_the_chosen_experiments(work):
     (["mock", "programmatic", "-g", "taboo"], "partner programmatic plays the built-in games' experts"),
     (["mock", "gpt-4o", "-g", "taboo"], "partner 'gpt-4o' uses the remote backend 'openai'"),
     (["mock", "no-such-model", "-g", "taboo"], "no-such-model"),
-    (["mock", "mock", "-e", "low_en", "--skip_gameplay"], "--skip_gameplay plays nothing"),
+    (["mock", "mock", "-e", "low_en", "--skip_gameplay"], "--skip-gameplay plays nothing"),
 ])
 def test_bad_pairs_and_experiments_are_one_line(work, argv, says, monkeypatch, capsys):
     from playpen.cli import main

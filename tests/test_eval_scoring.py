@@ -126,3 +126,18 @@ def test_val_scores_split_dialogue_and_static_games():
     assert sorted(val["clem"]["games"]) == ["taboo", "wordle"] and val["static"]["games"] == ["arithmetic"]
     assert val["games"]["arithmetic"]["static"] and val["games"]["taboo"]["clemscore"] == 10.0
     assert val_scores({"wordle": summaries["wordle"]}, [])["statscore"] is None
+
+
+def test_a_games_own_episode_scores_are_averaged_where_logged():
+    """numberguess logs Guesses and Feedback Consistency beside clemcore's keys: each is its mean over the
+    episodes that logged a number (NaN for an aborted one is skipped, as clemcore's quality mean skips it)."""
+    from playpen.eval.scoring import EpisodeScores
+
+    common = {"Aborted": 0, "Lose": 0, "Success": 1, "Main Score": 100, "Request Count": 3}
+    episodes = [EpisodeScores("m", "numberguess", "width16", f"instance_{i}", {**common, **own})
+                for i, own in enumerate([{"Guesses": 3, "Feedback Consistency": 1.0},
+                                         {"Guesses": 5, "Feedback Consistency": 0.6},
+                                         {"Guesses": math.nan, "Feedback Consistency": math.nan, "Aborted": 1}])]
+    (summary,) = summarize(episodes).values()
+    assert summary.own == {"Feedback Consistency": 0.8, "Guesses": 4.0}
+    assert summary.to_dict()["own"] == summary.own

@@ -104,7 +104,8 @@ def test_the_trainer_logs_a_nan_loss_as_nan(tmp_path):
 
 
 def test_a_huge_iterations_count_does_not_hang_the_resume_check(tmp_path):
-    from playpen.train.dpo import DPO, DONE, _iter_dir
+    from playpen.train.dpo import DPO
+    from playpen.train.rounds import DONE, iter_dir as _iter_dir
 
     run = RunDir(tmp_path / "run").create()
     cfg = SimpleNamespace(data=None, iterations=1_000_000_000)
@@ -185,7 +186,7 @@ def test_one_process_per_tournament_match(tmp_path):
     from playpen.debate import tournament
     from playpen.storage import exclusive_folder
 
-    cfg = load_config(tournament.TournamentConfig, Path(__file__).parents[1] / "configs/debate/tournament_tiny.yaml",
+    cfg = load_config(tournament.TournamentConfig, "debate/tournament_tiny",
                       [f"output_dir={tmp_path}"])
     seating = tournament.matches(cfg)[0]
     marker = tournament._played_marker(cfg, seating)

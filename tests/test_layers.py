@@ -1,4 +1,4 @@
-"""The packages read one way (pyproject's [tool.importlinter], README's Layout), private names stay in their
+"""The packages read one way (pyproject's [tool.importlinter], docs/development.md), private names stay in their
 package, and no module grows past the size one reads in a sitting."""
 from __future__ import annotations
 
@@ -47,35 +47,6 @@ def test_private_names_are_not_imported_across_packages():
 def test_no_module_is_over_400_lines():
     long = {str(p.relative_to(ROOT)): n for p in modules() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, long
-
-
-def test_packaged_defaults_are_the_top_level_configs():
-    """playpen/configs/ (package data: pip install, the image) holds the defaults the code falls back to; each is
-    its top-level configs/ namesake, byte for byte, so the user examples and the defaults never drift apart."""
-    packaged = PACKAGE / "configs"
-    files = [p for p in packaged.rglob("*") if p.is_file() and p.name != "README.md"]
-    assert files
-    differ = [str(p.relative_to(packaged)) for p in files
-              if p.read_bytes() != (ROOT / "configs" / p.relative_to(packaged)).read_bytes()]
-    assert not differ, f"edit configs/ and copy to playpen/configs/: {differ}"
-
-
-def test_a_wheel_ships_the_defaults_the_code_names(tmp_path, monkeypatch):
-    """What the code falls back to (submit's defaults, the demo's config, cluster profiles, DeepSpeed files) is in
-    the package, so an install without the repository has it."""
-    from playpen.config import config_file, packaged_configs
-    from playpen.submit.cli import DEFAULT_CONFIGS
-    from playpen.submit.profiles import search_dirs
-
-    assert packaged_configs() == PACKAGE / "configs"
-    for relative in DEFAULT_CONFIGS.values():
-        assert (packaged_configs() / relative).is_file(), relative
-    assert packaged_configs() / "cluster" in search_dirs()
-    for name in ("zero2", "zero3", "zero3_offload"):
-        assert (packaged_configs() / "deepspeed" / f"{name}.json").is_file()
-    monkeypatch.chdir(tmp_path)  # nothing named configs/ here
-    assert config_file("configs/deepspeed/zero2.json") == packaged_configs() / "deepspeed" / "zero2.json"
-    assert config_file("configs/nope.json") == Path("configs/nope.json")
 
 
 def test_bench_imports_only_playpen():

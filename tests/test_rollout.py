@@ -190,7 +190,7 @@ def test_taboo_with_expert_teacher_puts_partner_messages_in_env_tokens(policy, t
     from playpen.games import expert_model
 
     _, tokenizer = tiny_model
-    eng = engine(policy, teacher=expert_model(seed=1), learner_seat=1)  # learner guesses, expert describes
+    eng = engine(policy, partner=expert_model(seed=1), learner_seat=1)  # learner guesses, expert describes
     episodes = eng.play("taboo", load_instances("taboo", "validation", limit=3), records_dir=tmp_path)
     for episode in episodes:
         assert len(episode.traces) == 1 and episode.role == "Guesser"
@@ -206,7 +206,7 @@ def test_taboo_with_expert_teacher_puts_partner_messages_in_env_tokens(policy, t
 def test_local_policy_teacher_plays_the_partner_seat(policy, tiny_model, tmp_path):
     _, tokenizer = tiny_model
     teacher = LocalPolicy(*tiny_model, name="tiny-teacher")
-    episodes = engine(policy, teacher=teacher, teacher_temperature=0.0).play(
+    episodes = engine(policy, partner=teacher, partner_temperature=0.0).play(
         "taboo", load_instances("taboo", "validation", limit=2), records_dir=tmp_path, records_tag="t")
     for episode in episodes:
         assert [t.player for t in episode.traces] == ["Player 1"]  # only the learner's seat is traced

@@ -29,7 +29,7 @@ def work(home: Path) -> Path:  # noqa: F811
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "data" / "golden"
-CONFIGS = REPO / "configs"
+CONFIGS = REPO / "playpen" / "configs"
 STAMP = re.compile(r"\d{8}-\d{6}-\d+")  # the submission folder's time and pid
 
 # values that would write lines of their own into a script, or run a command when a shell reads them
@@ -187,7 +187,7 @@ def test_tournament_and_sweep_names_stay_under_their_folder(capsys, work, value)
     config = str(CONFIGS / "debate" / "tournament_tiny.yaml")
     assert main(["debate", "tournament", config, f"name={json.dumps(value)}"]) == 2
     assert "name: " in capsys.readouterr().err and snapshot(work) == before
-    refused(capsys, ["sweep", "--config", str(CONFIGS / "sweeps" / "tiny.yaml"), "--dry-run",
+    refused(capsys, ["submit", "sweep", "--config", str(CONFIGS / "sweeps" / "tiny.yaml"), "--dry-run",
                      f"name={json.dumps(value)}"], work)
 
 
@@ -195,7 +195,7 @@ def test_a_meter_name_in_a_sweep_is_a_safe_name(capsys, work):
     (work / "p.jsonl").write_text('{"prompt": "hi"}\n')
     (work / "s.yaml").write_text("name: s\nmodels: [playpen-tiny]\ngames: []\n"
                                  "meters: [{name: ../../x, classifier: vader, prompts: p.jsonl}]\n")
-    err = refused(capsys, ["sweep", "--config", "s.yaml", "--dry-run"], work)
+    err = refused(capsys, ["submit", "sweep", "--config", "s.yaml", "--dry-run"], work)
     assert "meters[0]: name: '../../x' is not a safe name" in err, err
 
 

@@ -63,6 +63,89 @@ def test_time_formats(value, minutes):
     assert parse_time_min(value, "t") == minutes
 
 
+# Values that reach the job script inside double quotes may name variables ($NAME, ${NAME}) and nothing else a
+# shell evaluates: each of these would run on the compute node.
+SHELL = {"command": "/x/$(touch marker)", "arithmetic": "/x/$((1+1))", "default": "/x/${HOME:-$(touch marker)}",
+         "backquotes": "/x/`touch marker`", "bare dollar": "/x/$"}
+SHELL_FIELDS = {"env": {"env": {"HF_HOME": "{v}"}}, "nccl": {"nccl": {"NCCL_DEBUG": "{v}"}},
+                "scratch": {"scratch": "{v}"}, "container.image": {"container": {"image": "{v}"}},
+                "container.python": {"container": {"python": "{v}"}},
+                "container.binds": {"container": {"binds": ["{v}"]}}}
+
+
+def _profile(tmp_path: Path, values: dict) -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text(json.dumps(values))
+    return path
+
+
+@pytest.mark.parametrize("form", SHELL)
+@pytest.mark.parametrize("field", SHELL_FIELDS)
+def test_profile_values_may_name_variables_and_nothing_else(tmp_path, field, form):
+    from playpen.errors import PlaypenError
+
+    values = json.loads(json.dumps(SHELL_FIELDS[field]).replace("{v}", SHELL[form]))
+    with pytest.raises(PlaypenError, match=rf"p.yaml: {field.split('.')[0]}.*holds .*nothing else a shell "
+                                           rf"evaluates"):
+        load_profile(str(_profile(tmp_path, values)))
+    allowed = json.loads(json.dumps(SHELL_FIELDS[field]).replace("{v}", "/scratch/$USER/${SLURM_JOB_ID}"))
+    load_profile(str(_profile(tmp_path, allowed)))
+
+
+@pytest.mark.parametrize("form", SHELL)
+def test_a_container_flag_may_name_variables_and_nothing_else(tmp_path, capsys, form):
+    config = write_sft_config(tmp_path)
+    assert main(["sft", "--config", str(config), "--container", SHELL[form], "--dry-run"]) == 2
+    assert "--container: " in capsys.readouterr().err and not (tmp_path / "marker").exists()
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"chdir=/x --comment": "y"}, "'chdir=/x --comment' is not an sbatch option name"),
+    ({"--comment": "y"}, "'--comment' is not an sbatch option name"),
+    ({"comment": None}, "comment: None is not a value"),
+    ({"comment": False}, "comment: False is not a value"),
+    ({"comment": ["a", "b"]}, "expected one value"),
+])
+def test_sbatch_keys_are_option_names_and_values_one_value(tmp_path, options, message):
+    from playpen.errors import PlaypenError
+
+    with pytest.raises(PlaypenError, match=re.escape(message)):
+        load_profile(str(_profile(tmp_path, {"sbatch": options})))
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"time": 10**9}, "time: 1000000000 is more than a year"),
+    ({"time": "9999-00:00:00"}, "is more than a year"),
+    ({"signal_delay_s": 10**12}, "signal_delay_s: must be at most"),
+])
+def test_profile_times_are_bounded(tmp_path, values, message):
+    from playpen.errors import PlaypenError
+
+    with pytest.raises(PlaypenError, match=message):
+        load_profile(str(_profile(tmp_path, values)))
+
+
+def test_a_job_inherits_an_allow_list_of_variables():
+    from playpen.submit.profiles import ClusterProfile, job_submission_env
+
+    shell = {"PATH": "/bin", "HOME": "/h", "LANG": "C.UTF-8", "HF_HOME": "/hf", "OMP_NUM_THREADS": "1",
+             "SLURM_CONF": "/etc/slurm.conf", "SSHPASS": "x", "GITHUB_PAT": "x", "AWS_CREDS": "x",
+             "DATABASE_URL": "postgres://u:p@h/db", "OPENAI_API_KEY": "x", "HF_TOKEN": "x", "SLURM_JOB_ID": "7",
+             "RANK": "3", "CUDA_VISIBLE_DEVICES": "0", "MY_SERVICE": "x"}
+    assert sorted(job_submission_env(shell, ClusterProfile())) == ["HF_HOME", "HOME", "LANG", "OMP_NUM_THREADS",
+                                                                   "PATH", "SLURM_CONF"]
+    kept = job_submission_env(shell, ClusterProfile(env_keep=["OPENAI_API_KEY", "MY_SERVICE"]))
+    assert {"OPENAI_API_KEY", "MY_SERVICE"} <= set(kept) and "SSHPASS" not in kept
+
+
+def test_a_cut_off_submission_record_is_one_line(tmp_path, capsys):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "submissions.json").write_text('[{"kind": "sft", "job_ids": ["1"')
+    assert main(["status", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "submissions.json:1:" in err and "malformed JSON" in err and "\n" not in err, err
+
+
 # ---------------------------------------------------------------- --dry-run (no SLURM on PATH)
 
 def test_dry_run_prints_the_gpu_cluster_script(tmp_path, monkeypatch, capsys):
@@ -91,7 +174,8 @@ def test_dry_run_prints_the_gpu_cluster_script(tmp_path, monkeypatch, capsys):
 def test_dry_run_gres_and_no_gpu_flags(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", VENV_BIN)
     profile = tmp_path / "typed.yaml"
-    profile.write_text((REPO / "configs/cluster/example_gpu.yaml").read_text() + 'gres: "gpu:a100:4"\n')
+    text = (REPO / "playpen/configs/cluster/example_gpu.yaml").read_text()  # (a second gres: key is refused)
+    profile.write_text(re.sub(r"(?m)^gres:.*$", 'gres: "gpu:a100:4"', text))
     config = write_sft_config(tmp_path)
     assert main(["sft", "--config", str(config), "--cluster", str(profile), "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -112,7 +196,7 @@ def test_dry_run_gres_and_no_gpu_flags(tmp_path, monkeypatch, capsys):
 def test_dry_run_of_a_sweep_is_one_job_array(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", VENV_BIN)
     monkeypatch.chdir(tmp_path)
-    code = main(["sweep", "--config", str(REPO / "configs/sweeps/tiny.yaml"), "--cluster", "devcluster",
+    code = main(["sweep", "--config", str(REPO / "playpen/configs/sweeps/tiny.yaml"), "--cluster", "devcluster",
                  "--dry-run", f"storage_root={tmp_path / 'runs'}"])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -283,7 +367,7 @@ def test_job_runs_behind_the_container_exec_line(tmp_path, monkeypatch):
         f'while [ "$1" != "{image}" ]; do shift; done\nshift\nexec "$@"\n')
     (bin_dir / "apptainer").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{VENV_BIN}:/usr/bin:/bin")
-    text = (REPO / "configs/cluster/devcluster.yaml").read_text()
+    text = (REPO / "playpen/configs/cluster/devcluster.yaml").read_text()
     profile_file = tmp_path / "container.yaml"
     profile_file.write_text(text + f"container:\n  image: {image}\n  binds: [/data/$USER]\n"
                                    f"  python: {sys.executable}\n")

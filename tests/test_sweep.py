@@ -159,6 +159,26 @@ def test_run_registry_and_final_model(tiny, tmp_path, monkeypatch):
     assert resolve_eval_model(str(run))["model_config"]["peft_model"] == str(run / "checkpoints" / "checkpoint-5")
 
 
+def test_a_cell_whose_process_died_on_this_host_is_failed_at_once(tmp_path):
+    """Killed with -9, a cell's heartbeat is fresh for STALE_AFTER_S more; on the host it ran on, its pid says."""
+    import socket
+
+    from playpen.eval.cells import Cell
+
+    cell = Cell(key="m/wordle", model="m", spec={"model_name": "m"}, game="wordle", game_path="", game_spec={},
+                static=False, instance_set="validation", max_instances=1, max_tokens=8, temperature=0.0,
+                batch_size=1)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    state_file = tmp_path / "cells" / cell.key / "state.json"
+    state_file.parent.mkdir(parents=True)
+    for pid, expected in ((dead.pid, "failed"), (os.getpid(), "running")):
+        state_file.write_text(json.dumps({"state": "running", "host": socket.gethostname(), "pid": pid,
+                                          "heartbeat": time.time(), "fingerprint": cell.fingerprint()}))
+        st = cell_state(tmp_path, cell)
+        assert st["state"] == expected and (expected == "running" or f"pid {dead.pid} on this host" in st["error"])
+
+
 def test_heartbeat_keeps_a_running_cell_alive(tmp_path, monkeypatch):
     from playpen.eval import cells
 
@@ -211,7 +231,7 @@ def test_meters_in_a_sweep_match_playpen_meter(tiny, tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     run = make_run(tmp_path / "runs", tiny, [10, 20], registry=False)
-    prompts = Path(__file__).parents[1] / "configs/reward/prompts/taboo_describer_validation.jsonl"
+    prompts = Path(__file__).parents[1] / "playpen/configs/reward/prompts/taboo_describer_validation.jsonl"
     settings = {"classifier": "vader", "prompts": str(prompts), "samples": 2, "limit": 3, "max_new_tokens": 8}
     path = write_sweep(tmp_path, models=["playpen-tiny"], runs=[{"path": str(run), "label": "grpo"}], games=[],
                        meters=[{"name": "sentiment", **settings}])

@@ -1,7 +1,8 @@
-"""Judge win rate per round of a debate training run in rounds: iterative DPO (configs/dpo/debate_iterative.yaml,
-branching or best-of-N pairs) or expert iteration (`playpen train rft`, won debates kept).
+"""Judge win rate per round of a debate training run in rounds: iterative DPO (branching pairs,
+dpo/debate_iterative, or best-of-N pairs, dpo/debate_best_of_n) or expert iteration (`playpen train rft`, won
+debates kept).
 
-    playpen debate curve RUNS/<experiment>/<run_id> [--instances 30] [--temperature 0]
+    playpen debate curve RUNS/<experiment>/<run_id> [--instances 30] [-T 0]
 
 Two views, written to <run>/debate_curve.json and <run>/debate_curve.png:
 - rollouts: each round's own play (metrics.jsonl: the judge's mean probability for Debater A's answer, A's win
@@ -21,8 +22,10 @@ import math
 import sys
 from pathlib import Path
 
+from playpen.config import load_yaml
 from playpen.errors import PlaypenError
 from playpen.debate.records import GAMES, mean
+from playpen.storage import atomic_write_json, write_figure
 
 
 def round_rows(run: Path) -> list[dict]:
@@ -152,8 +155,7 @@ def play_policy(weights: str, adapter: str | None, tokenizer_from: str, pairs, t
     rows = [episode_row(e, game) for e in engine.play(game, pairs)]
     result = {**summarize(rows), "rows": rows}
     if cached is not None:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps(result))
+        atomic_write_json(cached, result)
     return result
 
 
@@ -193,19 +195,17 @@ def plot(curve: dict, out: Path) -> Path:
         ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(f"debate: Debater A vs the expert, programmatic judge: {curve['run']}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    write_figure(out, fig, dpi=100)
     plt.close(fig)
     return out
 
 
 def curve(run_dir: str | Path, instances: int | None = 30, temperature: float = 0.0, log=print,
           cache_dir: Path | None = None) -> dict:
-    import yaml
-
     run = Path(run_dir)
     if not (run / "config.yaml").is_file():
         raise PlaypenError(f"{run} is not a training run folder (no config.yaml)")
-    config = yaml.safe_load((run / "config.yaml").read_text())
+    config = load_yaml(run / "config.yaml", "run config")
     game = config.get("game")
     if game not in GAMES:
         raise PlaypenError(f"{run} trained on {game!r}, not one of {', '.join(GAMES)}")
@@ -225,7 +225,7 @@ def curve(run_dir: str | Path, instances: int | None = 30, temperature: float = 
         held.append({"policy": label, **result})
     out = {"run": f"{run.parent.name}/{run.name}", "temperature": temperature, "held_out": held,
            "rounds": round_rows(run)}
-    (run / "debate_curve.json").write_text(json.dumps(out, indent=2))
+    atomic_write_json(run / "debate_curve.json", out)
     plot(out, run / "debate_curve.png")
     return out
 
@@ -234,7 +234,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--instances", type=int, default=30,
                         help="held-out debates per policy (beyond the 30 validation items: generated ones)")
-    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("-T", "--temperature", type=float, default=0.0, help="the policy's sampling temperature as "
+                        "Debater A (default 0.0: greedy)")
 
 
 def main(args) -> int:

@@ -4,12 +4,13 @@ scores.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from playpen.records import interactions_files
+from playpen.reading import DATA_MAX_BYTES
+from playpen.records import INSTANCE, SCORES, interactions_files, sidecar
+from playpen.storage import read_json_or_none
 
 # each game's advocates by seat: two sides (debate, double consultancy: A then B) or one consultant
 ADVOCATES = {"debate": ("Debater A", "Debater B"), "consultancy": ("Consultant",),
@@ -50,19 +51,16 @@ def _notes(interactions: dict, kind: str) -> list:
 
 def read_episode(path: Path) -> Episode | None:
     """The episode of one interactions.json, None when it is not a (complete) record of one of GAMES."""
-    try:
-        interactions = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    interactions = read_json_or_none(path, DATA_MAX_BYTES)
+    if not isinstance(interactions, dict):
         return None
     meta = interactions.get("meta") or {}
     game = meta.get("game_name") or path.parents[2].name
     if game.removeprefix("playpen-") not in GAMES or not isinstance(interactions.get("players"), dict):
         return None
-    instance_file = path.parent / "instance.json"
-    instance = json.loads(instance_file.read_text()) if instance_file.is_file() else {}
+    instance = sidecar(path, INSTANCE, {})
     verdicts = _notes(interactions, "verdict")
-    scores_file = path.parent / "scores.json"
-    scores = json.loads(scores_file.read_text()).get("episode scores", {}) if scores_file.is_file() else {}
+    scores = (sidecar(path, SCORES, {}) or {}).get("episode scores", {})
     seats = {p["game_role"]: p.get("model_name", "") for name, p in interactions["players"].items()
              if name != "GM" and isinstance(p, dict)}
     side = verdicts[-1]["player_1_side"] if verdicts else instance.get("consultant_side", "A")

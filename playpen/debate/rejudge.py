@@ -19,6 +19,7 @@ from playpen.debate.records import Episode, episodes_under, mean
 from playpen.defaults import MAX_NEW_TOKENS, TEMPERATURE, add_max_new_tokens
 from playpen.errors import PlaypenError
 from playpen.games.debate import protocol as pr
+from playpen.storage import atomic_write_json, check_output_file
 
 PROGRAMMATIC = "programmatic"
 
@@ -61,6 +62,8 @@ def rejudge(records_dir: str | Path, judge, max_tokens: int = MAX_NEW_TOKENS,
     folder = Path(records_dir)
     if not folder.is_dir():
         raise PlaypenError(f"{folder} is not a folder of records")
+    if out is not None:
+        out = check_output_file(out, "-o")
     ask = load_judge(judge, max_tokens, temperature)
     episodes = [e for e in episodes_under(folder) if len(e.judge_view()) > 0]
     if not episodes:
@@ -76,8 +79,7 @@ def rejudge(records_dir: str | Path, judge, max_tokens: int = MAX_NEW_TOKENS,
     summary = {k: None if isinstance(v, float) and v != v else v for k, v in summary.items()}  # NaN: no data
     result = {"summary": summary, "rows": rows}
     if out is not None:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=2, default=str))
+        atomic_write_json(out, result)
     return result
 
 

@@ -5,8 +5,8 @@ heatmap. Consultancy: every consultant before every judge (no pairs, no rating).
 the consultants in the debaters' places. A debater may be best-of-N (`best_of_n:`, see best_of_n.py in
 playpen/games/debate): its matches are played by clemcore's sequential runner, its choices are in the records.
 
-    playpen debate tournament configs/debate/tournament_tiny.yaml [key=value ...]   (here)
-    python -m playpen.submit tournament --config configs/debate/tournament_tiny.yaml   (one job-array task per match)
+    playpen debate tournament debate/tournament_tiny [key=value ...]   (here)
+    python -m playpen.submit tournament --config debate/tournament_tiny   (one job-array task per match)
 
 Output folder: records/ (clem layout, scored: `playpen debate rejudge` and `playpen data` read
 it), played/<seating>.json (one per finished match), matches.json (one row per episode), results.md and
@@ -16,39 +16,42 @@ only the new matches play). Matches write disjoint record folders, so array task
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from playpen.config import documented
 from playpen.debate.records import ADVOCATES, GAMES, Episode, episodes_under, mean
-from playpen.defaults import BATCH_SIZE, MAX_NEW_TOKENS, TEMPERATURE
+from playpen.defaults import BATCH_SIZE, EVAL_BOUNDS, EVAL_HELP, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
-from playpen.storage import Location, Name, atomic_write_json, exclusive_folder, path_under, slug_joined
+from playpen.storage import (Location, Name, atomic_write_json, atomic_write_text, exclusive_folder, make_folder,
+                             path_under, private_folder, read_json_or_none, replace_folder, slug_joined, write_figure)
 
+KEYS_HELP = "every key: `playpen submit tournament --help`"  # (the keys of `playpen debate tournament` too)
 PROGRAMMATIC = "programmatic"  # the expert advocate in an advocate's seat, the programmatic judge in the judge's
 
 
 @dataclass
 class TournamentConfig:
-    name: Name
-    debaters: list[str] = field(default_factory=list)  # registry names or "programmatic" (consultants too),
-                                         # or names of best_of_n entries
-    judges: list[str] = field(default_factory=list)
-    game: str = "debate"                 # or consultancy, double_consultancy
-    best_of_n: dict = field(default_factory=dict)  # debater name -> {model, n, chooser, temperature}: a debater
-                                         # that samples n speeches per turn from model (registry name or
-                                         # programmatic) and gives the one chooser prefers: judge (this match's
-                                         # judge reading it in context), programmatic, a callable scorer
-                                         # package.module:function or a reward model (`playpen train reward`)
-    instances: str = "validation"        # instance set (validation: every seat is the model given for it)
-    max_instances: int | None = 6        # per match, spread over experiments
-    self_play: bool = False              # debate: also each debater against itself
-    max_new_tokens: int = MAX_NEW_TOKENS
-    temperature: float = TEMPERATURE
-    batch_size: int = BATCH_SIZE
-    output_dir: Location = "runs/tournaments"  # the tournament folder is <output_dir>/<name>
+    name: Name = documented(help="the tournament's name: its folder is <output_dir>/<name>")
+    debaters: list[str] = documented(help="registry names or programmatic (consultants too), or names of "
+                                          "best_of_n entries", factory=list)
+    judges: list[str] = documented(help="registry names or programmatic", factory=list)
+    game: str = documented("debate", help="debate, consultancy or double_consultancy")
+    best_of_n: dict = documented(help="debater name -> {model, n, chooser, temperature}: a debater that samples n "
+                                      "speeches per turn from model (registry name or programmatic) and gives the "
+                                      "one chooser prefers: judge (this match's judge reading it in context), "
+                                      "programmatic, a callable scorer package.module:function or a reward model",
+                                 factory=dict)
+    instances: str = documented("validation", help="instance set (validation: every seat is the model given for "
+                                                   "it)")
+    max_instances: int | None = EVAL_BOUNDS["instances"].field(6, help="per match, spread over experiments")
+    self_play: bool = documented(False, help="debate: also each debater against itself")
+    max_new_tokens: int = EVAL_BOUNDS["max_new_tokens"].field(MAX_NEW_TOKENS, help=EVAL_HELP["max_new_tokens"])
+    temperature: float = EVAL_BOUNDS["temperature"].field(TEMPERATURE, help=EVAL_HELP["temperature"])
+    batch_size: int = EVAL_BOUNDS["batch_size"].field(BATCH_SIZE, help=EVAL_HELP["batch_size"])
+    output_dir: Location = documented("runs/tournaments", help="the tournament folder is <output_dir>/<name>")
 
 
 def check(cfg: TournamentConfig, where: str) -> None:
@@ -151,8 +154,8 @@ def pending_matches(cfg: TournamentConfig) -> list[tuple[str, ...]]:
     _, pairs = _instances(cfg)
     pending = []
     for seating in matches(cfg):
-        marker = _played_marker(cfg, seating)
-        done = json.loads(marker.read_text()) if marker.is_file() else {}
+        done = read_json_or_none(_played_marker(cfg, seating))
+        done = done if isinstance(done, dict) else {}
         if done.get("episodes") != len(pairs) or done.get("instances") != cfg.instances:
             pending.append(seating)
     return pending
@@ -165,20 +168,26 @@ def play_match(cfg: TournamentConfig, seating: tuple[str, ...], cache: dict) -> 
     from playpen.eval.evaluation import clemcore_play, score_game
 
     entry, pairs = _instances(cfg)
-    records = tournament_dir(cfg) / "records"
+    folder = tournament_dir(cfg)
+    records = make_folder(folder / "records", "tournament folder", root=folder)
     marker = _played_marker(cfg, seating)
+    make_folder(marker.parent, "tournament folder", root=folder)
     # one process per match: two would write the same episode folders (array tasks share the tournament folder)
     with exclusive_folder(marker.parent, f"match {' vs '.join(seating)} of tournament {cfg.name} is being played "
                           f"by another process", "wait for it to end", lock_file=f".{marker.stem}.lock"):
         models = [_model(name, cache, cfg) for name in seating]
-        folder = records / Model.to_identifier(models) / entry.name
-        failed = clemcore_play(entry, pairs, models, records, cfg.batch_size)
-        if failed:  # some episodes raised: the others are recorded
-            print(f"[tournament] {' vs '.join(seating)}: {failed}", file=sys.stderr)
-        score_game(entry, folder)
+        match = Path(Model.to_identifier(models)) / entry.name
+        # clemcore writes its records by name: into a private folder, which then replaces the match's records
+        with private_folder(records, ".playing.") as staging:
+            failed = clemcore_play(entry, pairs, models, staging, cfg.batch_size)
+            if failed:  # some episodes raised: the others are recorded
+                print(f"[tournament] {' vs '.join(seating)}: {failed}", file=sys.stderr)
+            make_folder(staging / match, "records folder", root=staging)
+            score_game(entry, staging / match)
+            replace_folder(staging / match, records / match, records)
         atomic_write_json(marker, {"seating": seating, "episodes": len(pairs), "instances": cfg.instances,
-                                   "records": str(folder)})
-    return folder
+                                   "records": str(records / match)}, root=folder)
+    return records / match
 
 
 # ---------------------------------------------------------------- results
@@ -295,8 +304,7 @@ def heatmap(summary: dict, rows: list[dict], out: Path) -> Path:
     ax.set_yticks(range(len(names)), names)
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
+    write_figure(out, fig, dpi=100)
     plt.close(fig)
     return out
 
@@ -309,7 +317,7 @@ def aggregate(cfg: TournamentConfig) -> dict:
         raise PlaypenError(f"tournament {cfg.name}: no recorded episode under {folder / 'records'}")
     summary = summarize(rows, cfg.game)
     atomic_write_json(folder / "matches.json", rows)
-    (folder / "results.md").write_text(results_markdown(cfg.name, summary))
+    atomic_write_text(folder / "results.md", results_markdown(cfg.name, summary))
     heatmap(summary, rows, folder / "heatmap.png")
     return {"dir": str(folder), **summary}
 
@@ -330,10 +338,12 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from playpen.config import load_config
+    from playpen.config import find_config, load_config
 
-    result = run(load_config(TournamentConfig, args.config, list(args.overrides)), args.config)
-    print((Path(result["dir"]) / "results.md").read_text())
+    config = find_config(args.config)  # a file, or a shipped config's name (debate/tournament_tiny)
+    cfg = load_config(TournamentConfig, config, list(args.overrides), keys_help=KEYS_HELP)
+    result = run(cfg, str(config))
+    print(results_markdown(cfg.name, result))
     return 0
 
 

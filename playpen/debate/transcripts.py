@@ -18,6 +18,7 @@ from pathlib import Path
 
 from playpen.debate.records import ADVOCATES
 from playpen.errors import PlaypenError
+from playpen.storage import atomic_write_text, check_output_file
 
 
 
@@ -60,9 +61,9 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
+    output = check_output_file(args.output, "-o")
     rows = winning_transcripts(args.game, args.episodes, args.seed)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    atomic_write_text(output, "".join(json.dumps(r) + "\n" for r in rows))
     print(f"{args.output}: {len(rows)} winning transcripts of {args.episodes} {args.game} episodes")
     return 0
 

@@ -4,7 +4,6 @@ nccl-tests reports, and write one report per rank into the job's folder on share
 into doctor.json. Merging goes through files, so a rendezvous that fails still leaves every rank's report."""
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -13,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from playpen.doctor.report import FAILED, OK, SKIPPED, Check, Finding, as_json, attempt, from_dicts, worst
+from playpen.reading import read_json
 from playpen.storage import atomic_write_json, atomic_write_text
 
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
@@ -163,7 +163,7 @@ def _collect(folder: Path, world_size: int, wait_s: float) -> list[dict]:
     while True:
         found = {int(p.stem.split("-")[1]): p for p in (folder / "ranks").glob("rank-*.json")}
         if len(found) >= world_size or time.monotonic() > deadline:
-            return [json.loads(found[r].read_text()) for r in sorted(found)]
+            return [read_json(found[r], "rank report") for r in sorted(found)]
         time.sleep(0.5)
 
 

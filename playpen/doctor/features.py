@@ -99,7 +99,7 @@ ZERO2 = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, 
 def deepspeed_step() -> tuple[str, dict]:
     """deepspeed.initialize on playpen-tiny with ZeRO-2 and AdamW, one forward/backward/step; the loss on the same
     batch must drop. Uses the job's process group when one is up (every rank takes part), else a one-rank one."""
-    _need("deepspeed", "DeepSpeed ZeRO-2/3 (deepspeed: configs/deepspeed/zero2.json)")
+    _need("deepspeed", "DeepSpeed ZeRO-2/3 (deepspeed: deepspeed/zero2.json)")
     import os
 
     import torch

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from playpen.doctor.report import FAILED, WARN, Check, Finding, attempt
 from playpen.errors import PlaypenError
-from playpen.storage import resolve_storage_root, unwritable
+from playpen.storage import open_append, resolve_storage_root, unwritable
 
 LOW_SPACE_GIB = 20  # below this a checkpointing run may fill the disk: WARN
 
@@ -61,8 +61,8 @@ def flock_works(folder: Path) -> tuple[str, dict]:
     """Two open file descriptions of one lock file: the second exclusive flock must be refused while the first
     holds it (on NFS, flock maps onto POSIX locks; a mount with `nolock`/`local_lock` does not share them)."""
     path = folder / ".playpen-doctor.lock"
-    first = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    second = os.open(path, os.O_RDWR)
+    first = open_append(path, "lock file")  # (the storage root is shared: no link followed, one link only)
+    second = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         try:
             fcntl.flock(first, fcntl.LOCK_EX | fcntl.LOCK_NB)

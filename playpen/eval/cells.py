@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from playpen.errors import PlaypenError
-from playpen.storage import atomic_write_json, new_run_id
+from playpen.records import claim_dir
+from playpen.storage import atomic_write_json, make_folder, new_run_id, read_json_or_none
 
 SWEEP_FILE = "sweep.json"
 CELLS_DIR = "cells"
@@ -79,10 +80,23 @@ def headline(result: dict) -> str:
 # ---------------------------------------------------------------- state
 
 def _read(path: Path) -> dict | None:
+    """A cell's (or the sweep's) JSON file; None when missing, unreadable or not a regular file."""
+    value = read_json_or_none(path)
+    return value if isinstance(value, dict) else None
+
+
+def _dead_here(state: dict) -> bool:
+    """The cell's process ran on this host and is gone (killed with -9, the node's job ended): a heartbeat
+    would take STALE_AFTER_S to say so. Another host's process cannot be asked."""
+    if state.get("host") != socket.gethostname() or not isinstance(state.get("pid"), int) or state["pid"] <= 0:
+        return False
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
+        os.kill(state["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # (another user's process: alive)
+        return False
+    return False
 
 
 def cell_state(sweep_dir: str | Path, cell: Cell) -> dict:
@@ -94,7 +108,13 @@ def cell_state(sweep_dir: str | Path, cell: Cell) -> dict:
     state = _read(cell_dir / STATE_FILE) or {}
     changed = {"note": "settings changed since the last result"} if result else {}
     if state.get("state") == "running":
-        age = time.time() - float(state.get("heartbeat", 0))
+        try:
+            age = time.time() - float(state.get("heartbeat", 0))
+        except (TypeError, ValueError):
+            age = float("inf")
+        if _dead_here(state):
+            return {**state, "state": "failed", "error": f"its process (pid {state['pid']} on this host) is gone "
+                                                         f"(killed?)"}
         if age < STALE_AFTER_S:
             return {**state, "state": "running"}
         return {**state, "state": "failed", "error": f"no heartbeat for {age:.0f} s (the job died?)"}
@@ -179,9 +199,11 @@ def run_cell(sweep_dir: str | Path, cell: Cell | dict) -> dict:
     if not (sweep_dir / SWEEP_FILE).is_file():
         raise PlaypenError(f"{sweep_dir} is not a sweep directory (no {SWEEP_FILE})")
     cell = Cell.from_dict(cell) if isinstance(cell, dict) else cell
-    cell_dir = sweep_dir / CELLS_DIR / cell.key
-    attempt = new_run_id()
-    records = cell_dir / "attempts" / attempt
+    cell_dir = make_folder(sweep_dir / CELLS_DIR / cell.key, "sweep folder", root=sweep_dir)
+    # clemcore writes its records by name in here: a folder made now (never one that was there), unique even for
+    # a rerun in the same second
+    records = claim_dir(make_folder(cell_dir / "attempts", "sweep folder", root=sweep_dir), new_run_id())
+    attempt = records.name
     state = {"state": "running", "attempt": attempt, "host": socket.gethostname(), "pid": os.getpid(),
              "job": os.environ.get("SLURM_ARRAY_JOB_ID", os.environ.get("SLURM_JOB_ID")),
              "task": os.environ.get("SLURM_ARRAY_TASK_ID"), "started": time.time(), "heartbeat": time.time(),

@@ -13,6 +13,8 @@ import logging
 from contextlib import contextmanager
 from pathlib import Path
 
+from playpen.storage import make_folder, open_append
+
 LOG_FILE = "clembench.log"
 CONSOLE_LOGGERS = ("clemcore.run", "clemcore.cli", "clemcore.backends")  # clemcore's loggers with a console handler
 FORMAT = "%(asctime)s - %(name)s - %(levelname)s - %(message)s"  # clemcore's own format
@@ -26,8 +28,8 @@ def clemcore_log(results_dir: Path, verbose: bool = False):
     import transformers
 
     root = logging.getLogger()
-    results_dir.mkdir(parents=True, exist_ok=True)
-    here = logging.FileHandler(results_dir / LOG_FILE, encoding="utf-8")
+    make_folder(results_dir, "results folder")
+    here = _AppendOnlyFileHandler(results_dir / LOG_FILE, encoding="utf-8")
     here.setFormatter(logging.Formatter(FORMAT))
     files = [h for h in root.handlers if isinstance(h, logging.FileHandler)]
     consoles = [] if verbose else [(logging.getLogger(name), h) for name in CONSOLE_LOGGERS
@@ -52,6 +54,14 @@ def clemcore_log(results_dir: Path, verbose: bool = False):
             logger.addHandler(handler)
         if bars_were_on:
             transformers.utils.logging.enable_progress_bar()
+
+
+class _AppendOnlyFileHandler(logging.FileHandler):
+    """A log file opened as playpen opens every file it appends to (storage.open_append): a link planted at the
+    log's name in a shared results folder is refused, not written through."""
+
+    def _open(self):
+        return open(open_append(self.baseFilename, "log file"), "a", encoding=self.encoding, errors=self.errors)
 
 
 def library_bars(verbose: bool):

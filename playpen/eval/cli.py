@@ -3,9 +3,11 @@
     playpen eval playpen-tiny                         # all games → playpen-eval/<timestamp>/playpen-tiny.val.json
     playpen eval playpen-tiny -g wordle -r DIR        # replay wordle in DIR, recompute the scores
     playpen eval runs/grpo/RUN_ID -r DIR              # a training run (its registered adapter/model)
-    playpen eval playpen-tiny -r DIR --skip_gameplay  # rescore the records in DIR only
+    playpen eval playpen-tiny -r DIR --skip-gameplay  # rescore the records in DIR only
     playpen eval runs/grpo/RUN_ID gpt-4o -g taboo     # against a partner, as `clem run -m RUN gpt-4o` (RUN--gpt-4o/)
     playpen eval playpen-tiny -g taboo -e high_en     # one experiment (-e repeatable), as `clem run -e`
+
+clem's underscore spellings of the flags (--results_dir, --skip_gameplay, --instance_set, --batch_size) work too.
 """
 from __future__ import annotations
 
@@ -25,9 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-e", "--experiment", dest="experiments", action="append", metavar="NAME",
                         help="play only this experiment of the games (repeatable), as `clem run -e`; --instances "
                              "then counts within the chosen experiments")
-    parser.add_argument("-r", "--results_dir", default=None,
+    parser.add_argument("-r", "--results-dir", dest="results_dir", default=None,
                         help="results folder to create or reuse (default: playpen-eval/<timestamp>/)")
-    parser.add_argument("--skip_gameplay", action="store_true", help="only rescore the records in --results_dir")
+    parser.add_argument("--skip-gameplay", dest="skip_gameplay", action="store_true",
+                        help="only rescore the records in --results-dir")
     parser.add_argument("--suite", choices=SUITES, default="all",
                         help="dialogue games (clemscore), static games (statscore), or both (default)")
     add_max_new_tokens(parser, help="max new tokens per response (default: %(default)s)")
@@ -35,12 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sampling temperature (default: %(default)s)")
     parser.add_argument("--instances", type=int, default=None, metavar="N",
                         help="play at most N instances per game, spread over its experiments (default: all)")
-    parser.add_argument("--instance_set", default="validation",
+    parser.add_argument("--instance-set", dest="instance_set", default="validation",
                         help="validation (default), train, or an instances file of the game")
     parser.add_argument("--player", choices=PLAYERS, default="auto",
                         help="who drives the model: playpen's rollout engine (local HF models; auto's choice) or "
                              "clemcore's runner (every backend; auto's choice for API models)")
-    parser.add_argument("-b", "--batch_size", type=int, default=BATCH_SIZE,
+    parser.add_argument("-b", "--batch-size", dest="batch_size", type=int, default=BATCH_SIZE,
                         help="episodes generated together (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=SEED,
                         help="sampling seed of the rollout engine when -T > 0 (default: %(default)s)")

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import sys
 import time
 from pathlib import Path
 
+from playpen.reading import read_bytes
 from playpen.defaults import BATCH_SIZE, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
 from playpen.eval.clemlog import clemcore_log, library_bars
@@ -28,14 +28,16 @@ from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game
 from playpen.models import service
 from playpen.eval.pairs import pair_games, resolve_partner, results_folder, select_experiments
 from playpen.records import interactions_files
-from playpen.storage import (atomic_write_json, check_location, exclusive_folder, move_tree, not_a_link, path_under,
-                             remove_tree, timestamp)
+from playpen.storage import (atomic_write_json, check_location, exclusive_folder, not_a_link, path_under,
+                             private_folder, publish, read_json_or_none, remove_tree, replace_folder, timestamp)
 
 DEFAULT_RESULTS_ROOT = "playpen-eval"
 PLAYERS = ("auto", "engine", "clemcore")
 VAL_SUFFIX = ".val.json"
 GAME_META = "playpen_eval.json"
-STAGING_DIR = ".playing"  # a game is played here; its records replace the earlier ones only if an episode finished
+STAGING_DIR = ".playing"  # a game is played in a private .playing.* folder; its records replace the earlier ones
+                          # only if an episode finished
+CLEM_TABLES = ("raw.csv", "results.csv", "results.html")  # what clemcore's `clem eval` writes into a results folder
 
 
 def _stderr(message: str) -> None:
@@ -174,11 +176,28 @@ def score_game(entry: GameEntry, game_dir: Path, verbose: bool = False) -> int:
 
 
 def write_clem_tables(results_dir: Path) -> None:
-    """raw.csv, results.csv and results.html over every model in the folder, exactly as `clem eval` makes them."""
+    """raw.csv, results.csv and results.html over every model in the folder, exactly as `clem eval` makes them.
+    clemcore reads and writes by name, so it runs on a private copy of the folder's scores.json files (regular
+    files only: a FIFO or device planted there is left out) and its tables are moved into `results_dir` from
+    there: a link planted at raw.csv is replaced, never written through."""
     from clemcore import clemeval
 
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        clemeval.perform_evaluation(str(results_dir))  # (its progress bars and prints are noise here)
+    with private_folder(results_dir, ".tables.") as tables:
+        for scores in results_dir.rglob("*scores.json"):  # (clemeval's own pattern; rglob enters no linked folder)
+            relative = scores.relative_to(results_dir)
+            if relative.parts[0].startswith(".") or scores.is_symlink() or not scores.is_file():
+                continue
+            try:
+                data = read_bytes(scores, "scores file")
+            except PlaypenError:
+                continue
+            (tables / relative).parent.mkdir(parents=True, exist_ok=True)
+            (tables / relative).write_bytes(data)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            clemeval.perform_evaluation(str(tables))  # (its progress bars and prints are noise here)
+        for name in CLEM_TABLES:
+            if (tables / name).is_file():
+                publish(tables / name, results_dir / name)
 
 
 def in_file_order(pairs: list[tuple[dict, dict]], limit: int | None) -> list[tuple[dict, dict]]:
@@ -188,8 +207,8 @@ def in_file_order(pairs: list[tuple[dict, dict]], limit: int | None) -> list[tup
 
 
 def _game_meta(game_dir: Path) -> dict:
-    meta_file = game_dir / GAME_META
-    return json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+    meta = read_json_or_none(game_dir / GAME_META)
+    return meta if isinstance(meta, dict) else {}
 
 
 def games_recorded(results_dir: Path, folder: str) -> list[str]:
@@ -258,11 +277,11 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
         raise PlaypenError(f"results dir {results} is a file; give a folder with -r")
     if skip_gameplay:
         if experiments:
-            raise PlaypenError("-e chooses what is played; --skip_gameplay plays nothing (drop one of them)")
+            raise PlaypenError("-e chooses what is played; --skip-gameplay plays nothing (drop one of them)")
         recorded = games_recorded(results, folder)
         if not recorded:
             raise PlaypenError(f"no records of model {who} in {results}; "
-                               f"play first (drop --skip_gameplay) or pick the right -r")
+                               f"play first (drop --skip-gameplay) or pick the right -r")
         missing = sorted(set(games or []) - set(recorded))
         if missing:
             raise PlaypenError(f"no records of {', '.join(missing)} for {who} in {results}; "
@@ -286,10 +305,10 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
         kept = []  # games whose replay finished no episode: their earlier records stay
         if not skip_gameplay:
             runner = make_player(spec, max_new_tokens, temperature, batch_size, player, seed, verbose, partner_spec)
-            staging = results / STAGING_DIR
-            try:
-                for entry, path, pairs in plan:
-                    remove_tree(staging, results)
+            for stale in results.glob(f"{STAGING_DIR}*"):  # left by an eval that was killed (this one holds -r)
+                remove_tree(stale, results)
+            for entry, path, pairs in plan:
+                with private_folder(results, f"{STAGING_DIR}.") as staging:
                     game_started = time.time()
                     log(f"[eval] {who} plays {entry.name}: {len(pairs)} instances "
                         f"({path.name}, {entry.path})")
@@ -304,13 +323,9 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
                         "player": type(runner).__name__, "seconds": round(time.time() - game_started, 1)})
                     game_dir = path_under(results, folder, entry.name, what="game folder")
                     if score_game(entry, staged, verbose) or not game_dir.exists():
-                        remove_tree(game_dir, results)  # the new records replace the old ones
-                        game_dir.parent.mkdir(parents=True, exist_ok=True)
-                        move_tree(staged, game_dir, results)
+                        replace_folder(staged, game_dir, results)  # the new records replace the old ones
                     else:
                         kept.append(entry.name)
-            finally:
-                remove_tree(staging, results)
         empty = []
         for entry in entries:
             scored = score_game(entry, path_under(results, folder, entry.name, what="game folder"), verbose)
@@ -339,6 +354,8 @@ def format_val(val: dict) -> str:
         quality = "-" if g["quality"] is None else f"{g['quality']:.2f}"
         lines.append(f"{game + (' (static)' if g['static'] else ''):20s} {g['episodes']:8d} {g['played']:9.2f} "
                      f"{quality:>8s} {g['clemscore']:9.2f}")
+        if g.get("own"):  # the game's own episode scores (means over the episodes that logged them)
+            lines.append(f"{'':20s} " + ", ".join(f"{key} {value:.3g}" for key, value in g["own"].items()))
     fmt = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
     lines.append(f"clemscore {fmt(val['clemscore'])}   statscore {fmt(val['statscore'])}   "
                  f"({val['results_dir']}/{val.get('folder', val['model'])}{VAL_SUFFIX})")

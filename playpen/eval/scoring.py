@@ -15,15 +15,16 @@ clemcore 3.7 (`<model>/<game>/<experiment>/instance_NNNNN/scores.json`) and clem
 """
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
-from playpen.games.scores import ABORTED, LOSE, SUCCESS, main_score
+from playpen.errors import PlaypenError
+from playpen.games.scores import ABORTED, COMMON, LOSE, SUCCESS, main_score
+from playpen.reading import DATA_MAX_BYTES, read_json
 from playpen.records import episode_location
 
 SCORES_FILE = "scores.json"
@@ -55,6 +56,7 @@ class GameSummary:
     success: float  # % of episodes with Success = 1
     lose: float
     aborted: float
+    own: dict = field(default_factory=dict)  # the game's own episode scores, each its mean where not NaN
 
     @property
     def clemscore(self) -> float:
@@ -76,7 +78,9 @@ def _nanmean(values: Iterable[float]) -> float:
 
 def read_scores_file(path: str | Path) -> dict:
     """The episode-scores block of one scores.json (Python's json accepts clemcore's bare NaN)."""
-    data = json.loads(Path(path).read_text())
+    data = read_json(path, "scores file", DATA_MAX_BYTES)
+    if not isinstance(data, dict) or not isinstance(data.get("episode scores"), dict):
+        raise PlaypenError(f"{path}: no 'episode scores' mapping (not a clemcore scores.json); remove it")
     return data["episode scores"]
 
 
@@ -107,9 +111,19 @@ def summarize_game(game: str, episodes: list[EpisodeScores]) -> GameSummary:
     played = _round(100 * float(np.mean([e.played for e in episodes])))
     quality = _nanmean(e.quality for e in episodes)
     rate = lambda key: _round(100 * sum(float(e.scores.get(key) or 0) for e in episodes) / n)  # noqa: E731
+    own = sorted({key for e in episodes for key in e.scores} - COMMON)
+    means = {key: _nanmean(_number(e.scores.get(key)) for e in episodes) for key in own}
     return GameSummary(game=game, episodes=n, played=played,
                        quality=None if math.isnan(quality) else _round(quality),
-                       success=rate(SUCCESS), lose=rate(LOSE), aborted=rate(ABORTED))
+                       success=rate(SUCCESS), lose=rate(LOSE), aborted=rate(ABORTED),
+                       own={key: float(np.round(value, 4)) for key, value in means.items() if not math.isnan(value)})
+
+
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def summarize(episodes: list[EpisodeScores]) -> dict[str, GameSummary]:

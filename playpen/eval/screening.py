@@ -49,23 +49,21 @@ def screen(model: str, game: str, output: str | Path, split: str = "train", samp
     from playpen.games import expert_model
     from playpen.games.instances import load_instances
     from playpen.rollout import RolloutEngine
-    from playpen.storage import atomic_write_json, not_a_link
+    from playpen.storage import atomic_write_json, check_output_file
     from playpen.models.service import load_frozen, resolve_local
     from playpen.rollout import LocalPolicy
 
     if samples < 2 or temperature <= 0:
         raise PlaypenError(f"screening needs at least 2 samples at a temperature > 0 (got -k {samples}, "
                            f"-T {temperature}): one greedy play has no pass rate between 0 and 1")
-    output = not_a_link(output, "-o")
-    if output.is_dir():
-        raise PlaypenError(f"-o {output} is a folder; name a new .json file")
+    output = check_output_file(output, "-o")
     pairs = load_instances(game, split, limit=instances, seed=None if instances is None else seed)
     if not pairs:
         raise PlaypenError(f"game {game} has no instances in set {split}")
     partner = expert_model(seed=seed) if partner == "programmatic" else partner
     spec = resolve_local(model, role=None)
-    engine = RolloutEngine(LocalPolicy(*load_frozen(spec), name=spec["model_name"]), teacher=partner,
-                           teacher_seats=partner_seats, max_new_tokens=max_new_tokens, temperature=temperature,
+    engine = RolloutEngine(LocalPolicy(*load_frozen(spec), name=spec["model_name"]), partner=partner,
+                           partner_seats=partner_seats, max_new_tokens=max_new_tokens, temperature=temperature,
                            batch_size=batch_size, seed=seed)
     rates = pass_rates(engine.play(game, pairs, group_size=samples))
     data, kept = screened_file(pairs, rates)

@@ -1,6 +1,6 @@
 """Eval sweeps: models and training-run checkpoints × games (and × meters), one cell each, idempotent and resumable.
 
-    sweep = load_sweep("configs/sweeps/tiny.yaml", ["max_new_tokens=32"])   # all checks; nothing runs or is written
+    sweep = load_sweep("sweeps/tiny", ["max_new_tokens=32"])   # all checks; nothing runs or is written
     cells = sweep.pending_cells()          # writes <sweep_dir>/sweep.json; cells that are not done (or running)
     for cell in cells: run_cell(sweep.dir, cell)      # what one job-array task does (picklable, cwd-independent)
     aggregate(sweep.dir)                   # sweep.csv, sweep.html, plots/*.png
@@ -23,56 +23,65 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from playpen.config import bounded
+from playpen.config import bounded, documented
 from playpen.errors import PlaypenError
 from playpen.eval.cells import (CELLS_DIR, RESULT_FILE, STATE_FILE, STATES, SWEEP_FILE, Cell,  # noqa: F401
                                 _read, cell_state, headline, run_cell)
-from playpen.defaults import BATCH_SIZE, EVAL_BOUNDS, MAX_NEW_TOKENS, TEMPERATURE
+from playpen.defaults import BATCH_SIZE, EVAL_BOUNDS, EVAL_HELP, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.storage import (DEFAULT_STORAGE, STORAGE_ENV, Location, Name, atomic_write_json, check_name,
-                             checkpoint_step, checkpoints_in, not_a_link, path_under, slug, slug_joined)
+                             checkpoint_step, checkpoints_in, make_folder, not_a_link, path_under, slug, slug_joined)
 
 
 # ---------------------------------------------------------------- the YAML file
 
 @dataclass
 class RunSelector:
-    path: str  # a training run directory (<run>/checkpoints/checkpoint-<step>/)
-    every: int = bounded(1, ge=1)  # every k-th checkpoint, counted back from the last (the last is always included)
-    base: bool = False  # also evaluate the untrained base model, as step 0
-    final: bool = False  # also evaluate the run's registered final model (needs <run>/model_registry.json)
-    label: str | None = None  # row name in the tables (default <experiment>/<run_id>)
+    path: str = documented(help="a training run folder (<run>/checkpoints/checkpoint-<step>/)")
+    every: int = bounded(1, ge=1, help="every k-th checkpoint, counted back from the last (the last is always "
+                                       "included)")
+    base: bool = documented(False, help="also evaluate the untrained base model, as step 0")
+    final: bool = documented(False, help="also evaluate the run's registered final model (needs "
+                                         "<run>/model_registry.json)")
+    label: str | None = documented(None, help="row name in the tables (default <experiment>/<run_id>)")
 
 
 @dataclass
 class GameSelector:
-    name: str
-    instances: str | None = None  # validation / train / a file of the game's in/ (default: the sweep's)
-    max_instances: int | None = EVAL_BOUNDS["instances"].field(None)  # default: the sweep's
+    name: str = documented(help="a game name (`playpen list games`)")
+    instances: str | None = documented(None, help="validation, train or an instances file of the game's in/ "
+                                                   "(default: the sweep's)")
+    max_instances: int | None = EVAL_BOUNDS["instances"].field(None, help="default: the sweep's")
 
 
 @dataclass
 class SweepConfig:
-    name: Name
-    models: list[str] = field(default_factory=list)  # registry names, run dirs, or checkpoint folders
-    runs: list[str | RunSelector] = field(default_factory=list)
-    # second seats of two-player games, each a cell of its own as `clem run -m MODEL PARTNER` (self: the model alone)
-    partners: list[str] = field(default_factory=list)
-    games: list[str | GameSelector] = field(default_factory=lambda: ["all"])
-    instances: str = "validation"
+    name: Name = documented(help="the sweep's name: its folder is <storage_root>/sweeps/<name>")
+    models: list[str] = documented(help="registry names, run folders or checkpoint folders", factory=list)
+    runs: list[str | RunSelector] = documented(help="training runs whose checkpoints to evaluate: a run folder, or "
+                                                    "a mapping with the keys below", factory=list)
+    partners: list[str] = documented(help="second seats of two-player games, each a cell of its own as `clem run "
+                                          "-m MODEL PARTNER` (self: the model alone)", factory=list)
+    games: list[str | GameSelector] = documented(help="game names, all, or mappings with the keys below",
+                                                 factory=lambda: ["all"])
+    instances: str = documented("validation", help="instance set of every game: validation, train or an instances "
+                                                   "file")
     # generation settings of every cell: evaluate()'s arguments, in the same ranges
-    max_instances: int | None = EVAL_BOUNDS["instances"].field(None)  # per game, spread over experiments (None: all)
-    max_new_tokens: int = EVAL_BOUNDS["max_new_tokens"].field(MAX_NEW_TOKENS)
-    temperature: float = EVAL_BOUNDS["temperature"].field(TEMPERATURE)
-    batch_size: int = EVAL_BOUNDS["batch_size"].field(BATCH_SIZE)
-    player: str = "auto"  # auto (rollout engine for local HF models, else clemcore's runner) | engine | clemcore
-    # playpen meter on every model too: each entry its flags (classifier, prompts, samples, label, max_new_tokens,
-    # temperature, threshold, limit, seed, batch_size) and an optional name (default <classifier>-<prompts stem>)
-    meters: list[dict] = field(default_factory=list)
-    output_dir: Location | None = None  # default <storage_root>/sweeps/<name>
-    storage_root: Location | None = None
+    max_instances: int | None = EVAL_BOUNDS["instances"].field(None, help="per game, spread over experiments (null: "
+                                                                          "all)")
+    max_new_tokens: int = EVAL_BOUNDS["max_new_tokens"].field(MAX_NEW_TOKENS, help=EVAL_HELP["max_new_tokens"])
+    temperature: float = EVAL_BOUNDS["temperature"].field(TEMPERATURE, help=EVAL_HELP["temperature"])
+    batch_size: int = EVAL_BOUNDS["batch_size"].field(BATCH_SIZE, help=EVAL_HELP["batch_size"])
+    player: str = documented("auto", help="auto (rollout engine for local HF models, else clemcore's runner), "
+                                          "engine or clemcore")
+    meters: list[dict] = documented(help="`playpen meter` on every model too: each entry its keys (classifier, "
+                                         "prompts, samples, label, max_new_tokens, temperature, threshold, limit, "
+                                         "seed, batch_size; `playpen submit meter -h`) and an optional name "
+                                         "(default <classifier>-<prompts stem>)", factory=list)
+    output_dir: Location | None = documented(None, help="default <storage_root>/sweeps/<name>")
+    storage_root: Location | None = documented(None, help="default: $PLAYPEN_STORAGE, else ./runs")
 
 
 SELF = "self"  # partners: the model in every seat, as without partners
@@ -180,10 +189,9 @@ class Sweep:
     def write_manifest(self) -> Path:
         """sweep.json: what status/aggregate/run_cell read; rewritten on every (re)submission."""
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise PlaypenError(f"sweep dir {self.dir} cannot be created ({e.strerror}); set output_dir or "
-                               f"storage_root to a writable folder") from None
+            make_folder(self.dir, "sweep folder")
+        except PlaypenError as e:
+            raise PlaypenError(f"{e}; set output_dir or storage_root to a writable folder") from None
         return atomic_write_json(self.dir / SWEEP_FILE, {
             "name": self.config.name, "source": self.source, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "config": asdict(self.config), "cells": [asdict(c) for c in self.cells]})
@@ -199,13 +207,14 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
     """Read and check a sweep file: every model, run, checkpoint and game resolved now (one-line errors);
     nothing is written. The sweep dir is output_dir, else <storage_root>/sweeps/<name> with the file's
     storage_root, else the `storage_root` argument (e.g. a cluster profile's), else $PLAYPEN_STORAGE or ./runs."""
-    from playpen.config import load_config
+    from playpen.config import find_config, load_config
     from playpen.eval.pairs import plays_with, resolve_partner
     from playpen.models.specs import resolve_eval_model
     from playpen.games.instances import instances_file
     from playpen.games.registry import is_selector, select_games
 
-    config = load_config(SweepConfig, path, list(overrides))
+    path = find_config(path, "sweep file")  # a file, or a shipped sweep's name (sweeps/tiny)
+    config = load_config(SweepConfig, path, list(overrides), keys_help="every key: `playpen submit sweep --help`")
     where = str(path)
     if config.player not in ("auto", "engine", "clemcore"):
         raise PlaypenError(f"{where}: player must be auto, engine or clemcore, got {config.player!r}")
@@ -367,7 +376,8 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    """playpen sweep-local CONFIG [key=value ...] | --status DIR | --aggregate DIR (here, no SLURM)."""
+    """python -m playpen.eval.sweep CONFIG [key=value ...] | --status DIR | --aggregate DIR (here, no SLURM; the
+    deprecated `playpen sweep-local`; `playpen submit sweep --executor local` runs the cells as local jobs)."""
     if not (args.status or args.aggregate or args.config):
         raise PlaypenError("give a sweep config, --status DIR or --aggregate DIR")
     if args.status:

@@ -1,7 +1,7 @@
 """A game's instances: which file a split means, reading and checking it, fresh ones from the game's generator,
 and the game's clemcore GameBenchmark. Eval, training, rollouts and sweeps all come through here.
 
-Instance sets (`split` in training configs, `--instance_set` in eval, `instance_set` in sweeps):
+Instance sets (`split` in training configs, `--instance-set` in eval, `instance_set` in sweeps):
 - `validation`: the file `clem run` plays: the spec's own `"instances"` file (clembench's wordle_withcritic names
   `instances_withcritic`), else `in/instances.json`;
 - `train`: `in/instances_train.json` (playpen's built-in games ship one; clembench games do not);
@@ -82,14 +82,10 @@ def instances_file(game: str | GameEntry, split: str = VALIDATION) -> Path:
 
 def read_instances(path: str | Path) -> list[tuple[dict, dict]]:
     """(experiment without its game_instances, instance) pairs of a clemcore instances file, checked."""
-    from playpen.config import read_text
+    from playpen.reading import DATA_MAX_BYTES, read_json
 
     path = Path(path)
-    try:
-        data = json.loads(read_text(path, "instances file"))
-    except json.JSONDecodeError as e:
-        raise PlaypenError(f"{path}:{e.lineno}:{e.colno}: malformed JSON: {e.msg}") from None
-    return instance_pairs(data, str(path))
+    return instance_pairs(read_json(path, "instances file", DATA_MAX_BYTES), str(path))
 
 
 def instance_pairs(data: object, where: str) -> list[tuple[dict, dict]]:
@@ -122,6 +118,9 @@ def instance_pairs(data: object, where: str) -> list[tuple[dict, dict]]:
     return pairs
 
 
+MAX_GAME_ID = 10**15  # instance_<game_id> stays a short folder name
+
+
 def check_instance(experiment: object, instance: object, where: str) -> dict:
     if not isinstance(experiment, dict) or not isinstance(experiment.get("name"), str):
         raise PlaypenError(f"{where}: the experiment must be a dict with a string 'name'")
@@ -130,6 +129,8 @@ def check_instance(experiment: object, instance: object, where: str) -> dict:
     game_id = instance.get("game_id")
     if isinstance(game_id, bool) or not isinstance(game_id, int):
         raise PlaypenError(f"{where}: needs an integer 'game_id' (got {game_id!r})")
+    if not 0 <= game_id <= MAX_GAME_ID:  # it names the episode's folder (instance_<game_id>)
+        raise PlaypenError(f"{where}: game_id {game_id} is outside 0..{MAX_GAME_ID}; number the instances from 0")
     return instance
 
 

@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from playpen.reading import read_json
 from playpen.errors import PlaypenError
 from playpen.storage import NAME_RULE, is_safe_name
 
@@ -82,12 +83,7 @@ def is_static(spec) -> bool:
 # ---------------------------------------------------------------- finding games
 
 def _read_json(path: Path) -> object:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise PlaypenError(f"{path}:{e.lineno}:{e.colno}: malformed JSON: {e.msg}") from None
-    except OSError as e:
-        raise PlaypenError(f"{path}: cannot be read ({e.strerror})") from None
+    return read_json(path, "game file")
 
 
 def _checked_spec(spec: object, where: str) -> dict:
@@ -173,7 +169,7 @@ def _builtin_games() -> list[GameEntry]:
 def all_games(cwd: Path | None = None) -> list[GameEntry]:
     """Every game found, in precedence order, duplicates of a name included (the first one wins)."""
     cwd = (cwd or Path.cwd()).resolve()
-    found = _registry_games(cwd / REGISTRY_FILE) if (cwd / REGISTRY_FILE).is_file() else []
+    found = _registry_games(cwd / REGISTRY_FILE) if os.path.exists(cwd / REGISTRY_FILE) else []
     found += games_in_folder(cwd, "working directory")
     home = os.environ.get(CLEMBENCH_HOME)
     if not found and home and Path(home).is_dir():

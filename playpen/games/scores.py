@@ -6,6 +6,9 @@ from __future__ import annotations
 import math
 
 ABORTED, LOSE, SUCCESS, MAIN_SCORE = "Aborted", "Lose", "Success", "Main Score"
+# what every clemcore game logs; the rest of an episode's scores are the game's own (numberguess's Guesses, ...)
+COMMON = {ABORTED, LOSE, SUCCESS, MAIN_SCORE, "Request Count", "Parsed Request Count", "Violated Request Count",
+          "Request Success Ratio"}
 
 
 def main_score(episode_scores: dict | None) -> float:

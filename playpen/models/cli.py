@@ -1,6 +1,6 @@
 """`playpen models TOOL ...`: build the bundled models' files (light at import: each tool imports torch itself).
 
-    playpen models build-tiny [--out DIR] [--force]     (= playpen build-tiny, python -m playpen.models.tiny)
+    playpen models build-tiny [--out DIR] [--force]     (= python -m playpen.models.tiny)
     playpen models convert-smol [--out DIR] [--force]   (= python -m playpen.models.smol)
 """
 from __future__ import annotations

@@ -80,5 +80,7 @@ def resolve_deepspeed(path: str | None, where: str) -> str | None:
             json.loads(read_text(candidate, "deepspeed config"))
         except json.JSONDecodeError as e:
             raise PlaypenError(f"{candidate}:{e.lineno}:{e.colno}: malformed DeepSpeed JSON: {e.msg}") from None
+        except RecursionError:
+            raise PlaypenError(f"{candidate}: DeepSpeed JSON nested too deep to read") from None
         return str(candidate.absolute())
-    raise PlaypenError(f"{where}: deepspeed config {path} not found (e.g. configs/deepspeed/zero2.json)")
+    raise PlaypenError(f"{where}: deepspeed config {path} not found (e.g. deepspeed/zero2.json)")

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from playpen.reading import read_json
 from playpen.errors import PlaypenError
-from playpen.registry import MODEL_REGISTRY_FILE, ModelEntry, model_entries, resolve_model
+from playpen.registry import MODEL_REGISTRY_FILE, PAIR_SEPARATOR, ModelEntry, model_entries, resolve_model
 from playpen.storage import NAME_RULE, check_name, checkpoint_step, checkpoints_in, is_run_dir
 
 def is_checkpoint(path: Path) -> bool:
@@ -25,7 +26,8 @@ def base_spec_for(ckpt: Path) -> dict:
     if run_dir is not None and (run_dir / "model_registry.json").is_file():
         return resolve_model(str(run_dir))
     adapter_config = ckpt / "adapter_config.json"
-    base = json.loads(adapter_config.read_text()).get("base_model_name_or_path") if adapter_config.is_file() else None
+    adapter = read_json(adapter_config, "adapter config") if adapter_config.is_file() else {}
+    base = adapter.get("base_model_name_or_path") if isinstance(adapter, dict) else None
     if base:
         for entry in model_entries():
             # a trained adapter registered on the same base weights is not the base model itself
@@ -101,7 +103,11 @@ def model_folder(spec: dict) -> str:
     """The results folder clemcore names after a single player model (its model_name)."""
     name = spec["model_name"]
     try:
-        return check_name(name, "model name")
+        check_name(name, "model name")
     except PlaypenError:
         raise PlaypenError(f"model name {name!r} cannot name a results folder; use {NAME_RULE} in the registry "
                            f"entry's model_name") from None
+    if PAIR_SEPARATOR in name:  # its folder would be the one of a model played with a partner
+        raise PlaypenError(f"model name {name!r} holds {PAIR_SEPARATOR!r}, which joins a model and its partner in "
+                           f"results folders (`a--b`: a with partner b); rename the model or its folder")
+    return name

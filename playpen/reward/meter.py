@@ -1,6 +1,6 @@
 """`playpen meter`: how a model's generations score under a classifier (RewardLM's ToxicityMeter, any scorer).
 
-    playpen meter MODEL --classifier C --prompts FILE [-n K] [--label L] [--compare OTHER] [-o DIR]
+    playpen meter MODEL --classifier C --prompts FILE [-n K] [-T T] [--label L] [--compare OTHER] [-o DIR]
 
 K completions per prompt are sampled in batches (left-padded, `--batch-size` prompts at a time, seeded, so two
 models see the same random stream), each scored by C: a sequence classifier (registry name, run folder or local
@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import time
 from pathlib import Path
 
-from playpen.config import renamed
-from playpen.defaults import add_max_new_tokens
+from playpen.config import Bounds, check_keys, renamed
+from playpen.config_help import KeyDoc, value_text
+from playpen.defaults import EVAL_BOUNDS, add_max_new_tokens
 from playpen.errors import PlaypenError
-from playpen.storage import check_location, exclusive_folder, not_a_link, slug, timestamp
+from playpen.storage import check_location, exclusive_folder, make_folder, not_a_link, slug, timestamp, write_figure
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,10 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=Path, default=None, help="folder (default playpen-meter/<time>)")
     parser.add_argument("--threshold", type=float, default=None, help="report the share of scores above this")
     add_max_new_tokens(parser, default=32)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--batch-size", type=int, default=16, help="prompts generated together (x samples)")
+    parser.add_argument("-T", "--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    parser.add_argument("-b", "--batch-size", type=int, default=16, help="prompts generated together (x samples)")
     parser.add_argument("--limit", type=int, default=None, help="use only the first N prompts")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
 
 
 def check_settings(args: argparse.Namespace):
@@ -52,12 +54,13 @@ def check_settings(args: argparse.Namespace):
     from playpen.reward.prompts import read_prompts
     from playpen.reward.scorers import resolve_scorer
 
-    for flag, value, low in (("-n", args.samples, 1), ("--max-new-tokens", args.max_new_tokens, 1),
-                             ("--batch-size", args.batch_size, 1)):
-        if value < low:
-            raise PlaypenError(f"{flag} must be >= {low}, got {value}")
-    if args.temperature < 0:
-        raise PlaypenError(f"--temperature must be >= 0, got {args.temperature}")
+    for flag, value, bounds in (("-n", args.samples, Bounds(ge=1, le=10_000)),
+                                ("--max-new-tokens", args.max_new_tokens, EVAL_BOUNDS["max_new_tokens"]),
+                                ("--batch-size", args.batch_size, EVAL_BOUNDS["batch_size"]),
+                                ("--temperature", args.temperature, EVAL_BOUNDS["temperature"]),
+                                ("--seed", args.seed, EVAL_BOUNDS["seed"]), ("--limit", args.limit, Bounds(ge=1)),
+                                ("--threshold", args.threshold, Bounds())):
+        bounds.check(value, flag)
     if args.output is not None:  # (the folder reaches a job's script and is written into)
         not_a_link(Path(check_location(str(args.output), "--output")), "--output")
     if args.output is not None and args.output.exists() and not args.output.is_dir():
@@ -137,14 +140,12 @@ def _write_model(folder: Path, name: str, prompts, rows, scores, summary) -> Non
     from playpen.storage import atomic_write_json, atomic_write_text
 
     stem = slug(name)
-    csv_path = folder / f"{stem}.completions.csv"
-    tmp = csv_path.with_name(f".{csv_path.name}.tmp")
-    with tmp.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["prompt_index", "sample", "prompt", "completion", "score"])
-        for (p, k, text), score in zip(rows, scores):
-            writer.writerow([p, k, prompts[p][-1]["content"], text, f"{score:.6g}"])
-    tmp.replace(csv_path)
+    table = io.StringIO(newline="")
+    writer = csv.writer(table)
+    writer.writerow(["prompt_index", "sample", "prompt", "completion", "score"])
+    for (p, k, text), score in zip(rows, scores):
+        writer.writerow([p, k, prompts[p][-1]["content"], text, f"{score:.6g}"])
+    atomic_write_text(folder / f"{stem}.completions.csv", table.getvalue())
     atomic_write_json(folder / f"{stem}.summary.json", summary)
     atomic_write_text(folder / f"{stem}.labelled.jsonl", "".join(
         json.dumps({"prompt": prompts[p], "text": text, "label": score}, ensure_ascii=False) + "\n"
@@ -181,10 +182,8 @@ def plot_histogram(results: list[tuple[str, list[float], dict]], out: Path, titl
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
+    write_figure(out, fig, dpi=100)
     plt.close(fig)
-    tmp.replace(out)
     return out
 
 
@@ -206,7 +205,7 @@ def meter_specs(args: argparse.Namespace, prompts: list, models: list[tuple[str,
     from playpen.reward.scorers import load_scorer
     from playpen.storage import atomic_write_json
 
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder, "meter folder")
     scorer = load_scorer(scorer_spec)
     threshold = scorer_spec.threshold if args.threshold is None else args.threshold
     results = []
@@ -237,28 +236,53 @@ def meter_specs(args: argparse.Namespace, prompts: list, models: list[tuple[str,
     return [summary for _, _, summary in results]
 
 
-def parse_config(config: dict, where: str) -> argparse.Namespace:
-    """`playpen meter`'s arguments from a YAML mapping whose keys are its flags' names (model, classifier, prompts,
-    samples, max_new_tokens, ...): the job's settings are the command's own, checked by the same parser."""
+def _flags_parser(where: str) -> argparse.ArgumentParser:
+    """`playpen meter`'s own parser, its mistakes raised as one line naming `where`."""
     class Parser(argparse.ArgumentParser):
         def error(self, message):
             raise PlaypenError(f"{where}: {message}")
 
     parser = Parser(prog="playpen meter", add_help=False)
     add_arguments(parser)
-    flags = {a.dest: a.option_strings[-1] for a in parser._actions
-             if a.option_strings and a.help != argparse.SUPPRESS}  # not an old spelling's hidden flag
+    return parser
+
+
+def _flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """Key → the flag it sets (not an old spelling's hidden flag)."""
+    return {a.dest: a for a in parser._actions if a.option_strings and a.help != argparse.SUPPRESS}
+
+
+def parse_config(config: dict, where: str) -> argparse.Namespace:
+    """`playpen meter`'s arguments from a YAML mapping whose keys are its flags' names (model, classifier, prompts,
+    samples, max_new_tokens, ...): the job's settings are the command's own, checked by the same parser."""
+    parser = _flags_parser(where)
+    flags = {key: action.option_strings[-1] for key, action in _flags(parser).items()}
     config = renamed(config, flags, where)
     if not config.get("model"):
         raise PlaypenError(f"{where}: missing required key model (the generator to meter)")
+    check_keys({k: v for k, v in config.items() if v is not None}, ["model", *flags], where,
+               "every key: `playpen submit meter --help`")
     argv = [str(config["model"])]
     for key, value in config.items():
-        if key == "model" or value is None:
-            continue
-        if key not in flags:
-            raise PlaypenError(f"{where}: unknown key '{key}'; playpen meter's keys: model, {', '.join(flags)}")
-        argv += [flags[key], str(value)]
+        if key != "model" and value is not None:
+            argv += [flags[key], str(value)]
     return parser.parse_args(argv)
+
+
+def key_docs() -> list[KeyDoc]:
+    """The keys of a meter job's YAML (`playpen submit meter`, a sweep's meters:): the command's flags by name."""
+    docs = [KeyDoc("model", "str", None, help="registry name or local Hugging Face folder of the generator")]
+    for key, action in _flags(_flags_parser("meter")).items():
+        kind = "bool" if action.nargs == 0 else "path" if action.type is Path else getattr(action.type, "__name__",
+                                                                                           "str")
+        default = str(action.default) if isinstance(action.default, Path) else action.default
+        help_text = (action.help or "").replace("%(default)s", str(default))
+        for said in (f" (default {default})", f" (default: {default})"):  # the entry shows it already
+            help_text = help_text.replace(said, "")
+        docs.append(KeyDoc(key, kind if default is not None or action.required else f"{kind} | null",
+                           None if action.required else value_text(default), help=help_text))
+    return docs + [KeyDoc("storage_root", "location | null", "null",
+                          help="the output's root: default the cluster profile's, else $PLAYPEN_STORAGE or ./runs")]
 
 
 def main(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ skipped. Every problem is one line naming the file and line number (via playpen.
 from __future__ import annotations
 
 from playpen import data_files
+from playpen.config import config_file
 
 
 def _row_problem(row: dict) -> str | None:
@@ -28,5 +29,6 @@ def as_messages(prompt) -> list[dict]:
 
 def read_prompts(path: str | None, where: str, key: str = "prompts", limit: int | None = None) -> list[list[dict]]:
     """The prompts of a jsonl file as chat message lists."""
+    path = config_file(path) if path else path  # a file, or a shipped one (reward/prompts/...)
     rows = data_files.read_jsonl_rows(path, where, key, _row_problem, limit)
     return [as_messages(row["prompt"]) for row in rows]

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from playpen.reading import read_json
 from playpen.errors import PlaypenError
 
 CALLABLE_SCORERS = {"vader": "playpen.reward.labellers:vader_compound"}
@@ -93,10 +93,7 @@ def _import_target(target: str, what: str):
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise PlaypenError(f"{path}: unreadable ({e})") from None
+    data = read_json(path, "classifier file")
     return data if isinstance(data, dict) else {}
 
 

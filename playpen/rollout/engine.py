@@ -1,6 +1,6 @@
 """The rollout engine: many clemcore episodes at once, one batched forward per turn across all of them.
 
-    engine = RolloutEngine(learner=LocalPolicy(model, tokenizer), teacher=None, max_new_tokens=64,
+    engine = RolloutEngine(learner=LocalPolicy(model, tokenizer), partner=None, max_new_tokens=64,
                            temperature=1.0, batch_size=32)
     episodes = engine.play("wordle", load_instances("wordle", "train", limit=16), group_size=8,
                            records_dir=run.records, records_tag="step_00012")
@@ -20,9 +20,9 @@ the wave (at its `candidate_temperature`, from one shared prompt encoding), and 
 one it gives; the trace keeps the chosen reply's tokens. Such players of other models answer on their own
 (`player(context)`), never in clemcore's model batches, which do not ask the player.
 
-Self-play (teacher=None): the learner holds every seat. With a teacher: the teacher holds `teacher_seats`
+Self-play (partner=None): the learner holds every seat. With a partner: the partner holds `partner_seats`
 (default: every seat but `learner_seat`, 0 by default, the game's first player) and the learner the others, e.g.
-debate's judge as the teacher (teacher_seats=[2]) before the learner debating itself. A teacher may be a
+debate's judge as the partner (partner_seats=[2]) before the learner debating itself. A partner may be a
 LocalPolicy, any clemcore `backends.Model`, a registered model name, or "programmatic" (the game's own scripted
 players).
 """
@@ -63,10 +63,15 @@ def candidates(player) -> int:
 
 
 class RolloutEngine:
-    def __init__(self, learner: LocalPolicy, teacher=None, *, max_new_tokens: int = 64, temperature: float = 1.0,
+    def __init__(self, learner: LocalPolicy, partner=None, *, max_new_tokens: int = 64, temperature: float = 1.0,
                  batch_size: int = 32, progress: bool = True, kv_cache: bool = True, seed: int | None = None,
-                 learner_seat: int = 0, teacher_temperature: float | None = None,
-                 teacher_seats: list[int] | None = None):
+                 learner_seat: int = 0, partner_temperature: float | None = None,
+                 partner_seats: list[int] | None = None, teacher=None, teacher_seats: list[int] | None = None,
+                 teacher_temperature: float | None = None):
+        # teacher, teacher_seats, teacher_temperature: the names before distillation's grading teacher came
+        partner = teacher if partner is None else partner
+        partner_seats = teacher_seats if partner_seats is None else partner_seats
+        partner_temperature = teacher_temperature if partner_temperature is None else partner_temperature
         if not isinstance(learner, LocalPolicy):
             raise PlaypenError(f"learner must be a LocalPolicy (got {type(learner).__name__})")
         if max_new_tokens < 1 or batch_size < 1 or temperature < 0:
@@ -75,9 +80,9 @@ class RolloutEngine:
         self.learner = learner
         self.max_new_tokens, self.temperature, self.batch_size = int(max_new_tokens), float(temperature), batch_size
         self.progress, self.kv_cache, self.learner_seat = progress, kv_cache, learner_seat
-        self.teacher_seats = None if teacher_seats is None else sorted(set(teacher_seats))
-        self.teacher_temperature = self.temperature if teacher_temperature is None else float(teacher_temperature)
-        self.teacher = partner_model(teacher, self.max_new_tokens, self.teacher_temperature)
+        self.partner_seats = None if partner_seats is None else sorted(set(partner_seats))
+        self.partner_temperature = self.temperature if partner_temperature is None else float(partner_temperature)
+        self.partner = partner_model(partner, self.max_new_tokens, self.partner_temperature)
         self._rng = random.Random(seed)
         self._seed = seed
         self._generators: dict[int, torch.Generator] = {}  # per policy, on its device; kept across plays
@@ -147,15 +152,15 @@ class RolloutEngine:
         bench = load_benchmark(entry)
         players = int(entry.spec.get("players", 1) or 1)
         learner = PolicyModel(self.learner, self.max_new_tokens, self.temperature)
-        if self.teacher is None or players == 1:
+        if self.partner is None or players == 1:
             seats = [learner]
         else:
-            teacher_seats = [i for i in range(players) if i != self.learner_seat] if self.teacher_seats is None \
-                else self.teacher_seats
-            if not 0 <= self.learner_seat < players or not set(teacher_seats) < set(range(players)):
+            partner_seats = [i for i in range(players) if i != self.learner_seat] if self.partner_seats is None \
+                else self.partner_seats
+            if not 0 <= self.learner_seat < players or not set(partner_seats) < set(range(players)):
                 raise PlaypenError(f"'{entry.name}' has seats 0..{players - 1}: the learner needs one of them "
-                                   f"(learner_seat {self.learner_seat}, teacher_seats {teacher_seats})")
-            seats = [self.teacher if i in teacher_seats else learner for i in range(players)]
+                                   f"(learner_seat {self.learner_seat}, partner_seats {partner_seats})")
+            seats = [self.partner if i in partner_seats else learner for i in range(players)]
         models_id = model_identifier([m.name for m in seats])
         infos = backends.Model.to_infos(seats)
         writer = RecordWriter(records_dir, models_id, records_tag, infos, game_path=entry.path) \
@@ -279,7 +284,7 @@ class RolloutEngine:
             item.done = True
 
     def _wave(self, session: PlaySession, policy: LocalPolicy, group: list[LiveEpisode]) -> None:
-        default = self.temperature if policy is self.learner else self.teacher_temperature
+        default = self.temperature if policy is self.learner else self.partner_temperature
         requests = []  # (item, conversation, player, sequences: one per candidate, temperature)
         for item in group:
             player = item.gm.current_player

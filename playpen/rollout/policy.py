@@ -173,9 +173,9 @@ class PolicyModel(backends.BatchGenerativeModel):
 
 
 def partner_model(partner, max_new_tokens: int, temperature: float):
-    """The clemcore Model the engine seats for a partner (its `teacher`): None, a LocalPolicy (a PolicyModel,
-    generated for in the engine's waves), "programmatic" (the games' scripted players), a registered model name
-    or a clemcore Model (given max_tokens and temperature where it has none)."""
+    """The clemcore Model the engine seats for its partner: None, a LocalPolicy (a PolicyModel, generated for in
+    the engine's waves), "programmatic" (the games' scripted players), a registered model name or a clemcore Model
+    (given max_tokens and temperature where it has none)."""
     from playpen.errors import PlaypenError
 
     if partner is None:
@@ -187,10 +187,10 @@ def partner_model(partner, max_new_tokens: int, temperature: float):
             return backends.CustomResponseModel()
         from playpen.models import service
 
-        return service.load_player(service.resolve(partner, "teacher"), max_new_tokens, temperature)
+        return service.load_player(service.resolve(partner, "partner"), max_new_tokens, temperature)
     if isinstance(partner, backends.Model):
         if "max_tokens" not in partner.gen_args or "temperature" not in partner.gen_args:
             partner.set_gen_args(**{"max_tokens": max_new_tokens, "temperature": temperature, **partner.gen_args})
         return partner
-    raise PlaypenError(f"teacher must be None, a LocalPolicy, a clemcore Model or a model name "
+    raise PlaypenError(f"partner must be None, a LocalPolicy, a clemcore Model or a model name "
                        f"(got {type(partner).__name__})")

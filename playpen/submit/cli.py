@@ -1,10 +1,10 @@
 """`playpen submit` (= `python -m playpen.submit`): send a training, eval or sweep job to SLURM (or run it as local
 processes).
 
-    python -m playpen.submit {sft,dpo,grpo} [--config configs/grpo/demo.yaml] [--nodes N] [--gpus-per-node G]
+    python -m playpen.submit {sft,dpo,grpo} [--config grpo/demo] [--nodes N] [--gpus-per-node G]
         [--cluster PROFILE] [--executor slurm|local] [--container IMAGE.sif|none] [--dry-run] [--wait] [key=value ...]
     python -m playpen.submit eval --config EVAL.yaml ...       python -m playpen.submit sweep --config SWEEP.yaml ...
-    python -m playpen.submit tournament --config configs/debate/tournament_tiny.yaml ...   (one array task per match)
+    python -m playpen.submit tournament --config debate/tournament_tiny ...   (one array task per match)
     python -m playpen.submit doctor [--nodes N] [--gpus-per-node G] [--storage-root DIR] [--skip FEATURE] ...
         (`playpen doctor` on every rank, plus the rendezvous, an all-reduce and the start latency)
     python -m playpen.submit status RUN_OR_SWEEP_DIR [-n LINES]
@@ -23,11 +23,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from playpen.config import packaged_configs
+from playpen.config import find_config, packaged_configs
 from playpen.doctor.features import FEATURES
 from playpen.errors import PlaypenError
-from playpen.storage import timestamp
+from playpen.storage import make_folder, timestamp
 from playpen.submit import executor as exe
+from playpen.submit import jobs
 from playpen.submit import status
 from playpen.submit.plans import Plan, plan_doctor, plan_eval, plan_meter, plan_sweep, plan_tournament, plan_train
 from playpen.submit.profiles import ClusterProfile, load_profile, with_container
@@ -49,6 +50,7 @@ DEFAULT_CONFIGS = {"sft": "sft/tiny_lora.yaml", "dpo": "dpo/tiny_rollouts.yaml",
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`playpen submit COMMAND ...` (also `python -m playpen.submit COMMAND ...`)."""
+    parser.epilog = "`playpen submit COMMAND -h` lists every key of the command's --config file."
     commands = parser.add_subparsers(dest="submit_command", required=True, metavar="COMMAND")
     helps = {"sft": "supervised fine-tuning", "dpo": "direct preference optimisation",
              "grpo": "GRPO on games", "rloo": "RLOO on prompts against a reward model",
@@ -60,9 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "tournament": "a debate/consultancy tournament as one job array (a task per match)"}
     for name in SUBMIT_COMMANDS:
         p = commands.add_parser(name, help=helps[name])
-        p.add_argument("--config", default=None,
-                       help=f"experiment YAML (default: configs/{DEFAULT_CONFIGS[name]}, on playpen-tiny)")
+        p.add_argument("-c", "--config", default=None,
+                       help=f"experiment YAML: a file or a shipped config's name (playpen configs list; "
+                            f"default: {DEFAULT_CONFIGS[name].removesuffix('.yaml')}, on playpen-tiny)")
         job_options(p)
+        p.keys_help = lambda args, kind=name: kind_keys(kind)
     doctor = commands.add_parser("doctor", help="playpen doctor as a job on N nodes: every rank's checks, the "
                                                 "rendezvous, an all-reduce (NCCL or gloo) and the start latency")
     job_options(doctor)
@@ -99,6 +103,30 @@ def job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", action="store_true",
                    help="block until the job ends, showing its progress, and print its result")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+
+
+def kind_keys(kind: str) -> str:
+    """Every key a `submit KIND --config` file takes, with its type, default, range and help."""
+    from playpen.config_help import format_keys, key_docs
+    from playpen.train.cli import method_keys
+
+    if kind in TRAIN_METHODS:
+        return method_keys(kind)
+    if kind == "meter":
+        from playpen.reward import meter
+
+        docs = meter.key_docs()
+    elif kind == "eval":
+        docs = key_docs(jobs.EvalSpec)
+    elif kind == "sweep":
+        from playpen.eval.sweep import SweepConfig
+
+        docs = key_docs(SweepConfig)
+    else:
+        from playpen.debate.tournament import TournamentConfig
+
+        docs = key_docs(TournamentConfig)
+    return format_keys(f"config keys of {kind} (in the --config file, or key=value after it):", docs)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -142,7 +170,7 @@ def submit(args: argparse.Namespace) -> int:
     if not args.dry_run:
         profile = exe.check_container(profile)
     config = "" if args.command == "doctor" else \
-        str(Path(args.config).expanduser().absolute()) if args.config else default_config(args.command)
+        str(find_config(args.config).absolute()) if args.config else default_config(args.command)
     if args.command == "doctor":
         plan = plan_doctor(args, profile, res)
     elif args.command in TRAIN_METHODS:
@@ -181,8 +209,7 @@ def submit(args: argparse.Namespace) -> int:
 def send(args: argparse.Namespace, kind: str, profile: ClusterProfile, res: exe.Resources, plan: Plan,
          ex) -> tuple[status.Submission, list]:
     """Submit from a clean environment and record the submission next to the results."""
-    folder = ex.folder
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_folder(ex.folder, "job log folder", root=plan.directory)  # (no level of it a link)
     after = []
     with exe.submission_env(profile, kind, plan.storage_root, folder / "local-controller.log"):
         if plan.array is None:

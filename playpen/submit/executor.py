@@ -23,7 +23,7 @@ import submitit
 from submitit.slurm.slurm import SlurmExecutor
 
 from playpen.errors import PlaypenError
-from playpen.storage import check_location
+from playpen.storage import check_location, make_folder, open_append
 from playpen.submit.container import exec_prefix, find_runtime
 from playpen.submit.profiles import ClusterProfile, job_submission_env, parse_time_min
 
@@ -293,9 +293,9 @@ def submission_env(profile: ClusterProfile, kind: str = "slurm", storage_root: P
 def _redirected_output(path: Path) -> Iterator[None]:
     sys.stdout.flush()
     sys.stderr.flush()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent, "job log folder")
+    fd = open_append(path, "job log")
     saved = [os.dup(1), os.dup(2)]
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.dup2(fd, 1)
         os.dup2(fd, 2)

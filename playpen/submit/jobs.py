@@ -16,7 +16,7 @@ from typing import Any, Optional
 import submitit
 
 from playpen.config import signature_dataclass
-from playpen.defaults import EVAL_BOUNDS
+from playpen.defaults import EVAL_BOUNDS, EVAL_HELP
 from playpen.eval.evaluation import evaluate
 from playpen.storage import Location, append_jsonl, read_jsonl
 from playpen.submit.launch import TaskInfo, setup_distributed
@@ -95,9 +95,25 @@ class TrainJob(PlaypenJob):
 
 # `submit eval --config FILE`: the arguments of `playpen eval` (playpen.eval.evaluate) as YAML keys, taken from
 # its signature; results_dir defaults to <storage_root>/eval/<model>-<time>
+EVAL_KEYS_HELP = {
+    "model": "registered model name, training run folder or checkpoint folder",
+    "games": "games to play (default: every registered game of the suite)",
+    "results_dir": "results folder to create or reuse (default: <storage_root>/eval/<model>-<time>)",
+    "skip_gameplay": "only rescore the records in results_dir",
+    "suite": "dialogue (clemscore), static (statscore), or all",
+    "instance_set": "validation, train, or an instances file of the game",
+    "player": "who drives the model: engine (playpen's rollout engine, local HF models), clemcore (clemcore's "
+              "runner, every backend) or auto (the engine where it can)",
+    "verbose": "clemcore's log lines on the job's output too (always in <results_dir>/clembench.log)",
+    "partner": "plays the second seat of two-player games, as `clem run -m MODEL PARTNER`: a model name or folder, "
+               "mock, or programmatic (the built-in game's expert); null: the model plays every seat",
+    "experiments": "play only these experiments of the games, as `clem run -e`",
+    "storage_root": "default: the cluster profile's, else $PLAYPEN_STORAGE or ./runs",
+    **EVAL_HELP,
+}
 EvalSpec = signature_dataclass(evaluate, "EvalSpec", skip=("log",), bounds=EVAL_BOUNDS,
                                extra=(("storage_root", Optional[Location], None),),
-                               types={"results_dir": Optional[Location]})
+                               types={"results_dir": Optional[Location]}, helps=EVAL_KEYS_HELP)
 
 
 class EvalJob(PlaypenJob):

@@ -4,16 +4,16 @@ its results go to, the job(s). Nothing here submits or writes beyond creating th
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from playpen.config import config_file, load_config
+from playpen.config import config_file, load_config, read_text
 from playpen.errors import PlaypenError
+from playpen.reading import read_json
 from playpen.storage import (DEFAULT_STORAGE, STORAGE_ENV, RunDir, check_location, not_a_link, path_under,
-                             resolve_storage_root, slug, slug_joined, timestamp)
+                             read_json_or_none, resolve_storage_root, slug, slug_joined, timestamp)
 from playpen.submit import executor as exe
 from playpen.submit import jobs, status
 from playpen.submit.profiles import ClusterProfile
@@ -47,10 +47,10 @@ def plan_train(args: argparse.Namespace, profile: ClusterProfile, config: str, r
     """The trainer's own config class checks keys and types now; the run id is pinned so the job, its
     requeues and a resubmission of the same command all use one run dir (the trainer's default id)."""
     from playpen.train.run_folder import run_id_of
-    from playpen.train.runner import check_config, load_recipe
+    from playpen.train.runner import check_config, keys_help, load_recipe
 
     recipe = load_recipe(args.command)
-    cfg = load_config(recipe.Config, config, list(args.overrides))
+    cfg = load_config(recipe.Config, config, list(args.overrides), keys_help=keys_help(args.command))
     check_config(recipe, cfg, config)  # trainer values, key.json: refused now, not after the job started
     from playpen.games.registry import resolve_game
     from playpen.registry import resolve_model
@@ -75,7 +75,7 @@ def plan_eval(args: argparse.Namespace, profile: ClusterProfile, config: str, re
     from playpen.games.registry import select_games
     from playpen.models.specs import resolve_eval_model
 
-    spec = load_config(jobs.EvalSpec, config, list(args.overrides))
+    spec = load_config(jobs.EvalSpec, config, list(args.overrides), keys_help="every key: `playpen submit eval --help`")
     try:  # the model and games now, as a sweep's are, not when the job starts
         resolve_eval_model(spec.model)
         entries = select_games(spec.games, spec.suite)
@@ -134,12 +134,12 @@ def plan_doctor(args: argparse.Namespace, profile: ClusterProfile, res: exe.Reso
 
         path = folder / DOCTOR_FILE
         if not path.is_file():
-            return f"no {path}: the job ended before rank 0 wrote it (see its logs: playpen logs {folder})"
-        return table(from_dicts(json.loads(path.read_text())["checks"])) + f"\nreport: {path}"
+            return f"no {path}: the job ended before rank 0 wrote it (see its logs: playpen submit logs {folder})"
+        return table(from_dicts(read_json(path, "doctor report")["checks"])) + f"\nreport: {path}"
 
     def verdict() -> int:
         path = folder / DOCTOR_FILE
-        return 0 if path.is_file() and json.loads(path.read_text())["overall"] != "FAILED" else 1
+        return 0 if path.is_file() and (read_json_or_none(path) or {}).get("overall") not in (None, "FAILED") else 1
 
     return Plan("doctor", folder, root, job, report=report, verdict=verdict)
 
@@ -178,7 +178,7 @@ def plan_tournament(args: argparse.Namespace, profile: ClusterProfile, config: s
 
     if res.nodes > 1:
         raise PlaypenError("tournament matches run on one node each; drop --nodes")
-    cfg = load_config(tournament.TournamentConfig, config, list(args.overrides))
+    cfg = load_config(tournament.TournamentConfig, config, list(args.overrides), keys_help=tournament.KEYS_HELP)
     tournament.check(cfg, config)
     root = storage_root_for(profile, None, check=not args.dry_run)
     cfg.output_dir = str(Path(cfg.output_dir).expanduser().absolute())  # jobs run in another working directory
@@ -194,4 +194,4 @@ def plan_tournament(args: argparse.Namespace, profile: ClusterProfile, config: s
     job = jobs.TournamentMatchesJob(asdict(cfg), str(status.log_dir(folder)), profile.max_requeues,
                                     use_gpus=res.gpus_per_node > 0, aggregate=kind == "local")
     return Plan("tournament", folder, root, job, array, aggregate=(jobs.aggregate_tournament, asdict(cfg)),
-                report=lambda: (folder / "results.md").read_text())
+                report=lambda: read_text(folder / "results.md", "tournament results"))

@@ -11,23 +11,39 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from playpen.config import bounded, build, load_yaml, packaged_configs
+from playpen.config import bounded, build, config_file, load_yaml, packaged_configs
 from playpen.errors import PlaypenError
 from playpen.storage import Location
 
 PROFILE_ENV = "PLAYPEN_CLUSTER"
 DEFAULT_PROFILE = "local"
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Values that reach the job script inside double quotes (env, nccl, scratch, the container's image, python and
+# binds) may name the job's variables, $NAME or ${NAME}, and nothing else a shell evaluates: $(...), $((...)),
+# ${NAME:-...} and backquotes would run on the compute node. (`setup:` lines are shell by contract.)
+SHELL_VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})")
+VARIABLES_ONLY = "a value may use $NAME or ${NAME} and nothing else a shell evaluates ($(...), $((...)), " \
+                 "${NAME:-...}, `...`); put commands in setup:"
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SBATCH_OPTION = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")  # an sbatch long option's name: one word, no `=`
 
-# Names of the submitting shell's variables that never reach a job (unless listed in `env_keep`): SLURM's own
-# (a job submitted from a job would inherit its allocation), torch.distributed's, and anything that looks like a
-# credential. SLURM_CONF is kept: it only says which cluster to talk to (scontrol requeue needs it in the job).
-DROPPED_ENV_PREFIXES = ("SLURM_", "SLURMD_", "SRUN_", "SBATCH_", "SALLOC_", "SUBMITIT_", "PMI_", "PMIX_", "OMPI_")
-DROPPED_ENV_NAMES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                     "CUDA_VISIBLE_DEVICES")
-SECRET_PATTERN = re.compile(r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|KEY|"
-                            r"CREDENTIALS?|AUTH)(?:_|$)", re.I)
-KEPT_ENV_NAMES = ("SLURM_CONF",)
+# The submitting shell's variables a job inherits: an allow-list of what the toolchain, the libraries and the
+# cluster's module system read. A deny-list of credential patterns always misses one (SSHPASS, *_PAT, *_CREDS,
+# DATABASE_URL); anything else reaches a job only when the profile lists it in `env_keep`.
+INHERITED_ENV_NAMES = frozenset((
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR", "PWD", "HOSTNAME",
+    "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "PKG_CONFIG_PATH", "MANPATH", "VIRTUAL_ENV", "MODULEPATH",
+    "MODULESHOME", "LOADEDMODULES", "_LMFILES_", "SLURM_CONF", "TOKENIZERS_PARALLELISM", "MPLBACKEND",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "OMPI_MCA_btl"))
+INHERITED_ENV_PREFIXES = ("LC_", "XDG_", "PLAYPEN_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH", "PYTORCH_",
+                          "CUDA_", "CUDNN_", "NVIDIA_", "NCCL_", "OMP_", "MKL_", "OPENBLAS_", "PYTHON", "CONDA",
+                          "APPTAINER", "SINGULARITY", "LMOD_", "TRITON_", "DS_", "ACCELERATE_", "BASH_FUNC_")
+# ... minus those that would mislead a job (a job submitted from a job would inherit its rank or GPUs) and any
+# allowed name that still looks like a credential (HF_TOKEN, HUGGINGFACE_HUB_TOKEN)
+DROPPED_ENV_NAMES = ("CUDA_VISIBLE_DEVICES",)
+SECRET_PATTERN = re.compile(r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|PAT|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|KEY|"
+                            r"CREDENTIALS?|CREDS|AUTH)(?:_|$)", re.I)
+MAX_TIME_MIN = 365 * 24 * 60  # a year: above any partition's MaxTime
 
 
 @dataclass(frozen=True)
@@ -47,7 +63,7 @@ class ClusterProfile:
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
-    time: int | str = 60  # minutes, or SLURM's "[D-]HH:MM:SS"
+    time: int | str = 60  # minutes, or SLURM's "[D-]HH:MM:SS" (at most MAX_TIME_MIN)
     mem: str | None = None  # per node, e.g. "64G"
     cpus_per_task: int | None = bounded(None, ge=1)
     gpus_per_node: int = bounded(0, ge=0)  # default for --gpus-per-node
@@ -56,14 +72,16 @@ class ClusterProfile:
     exclude: str | None = None
     sbatch: dict[str, Any] = field(default_factory=dict)  # any other #SBATCH --key=value
     srun_args: list[str] = field(default_factory=list)
-    signal_delay_s: int = bounded(120, ge=0)  # USR2 this long before the time limit: time to reach a checkpoint
+    signal_delay_s: int = bounded(120, ge=0, le=MAX_TIME_MIN * 60)  # USR2 this long before the time limit: time
+                                                                    # to reach a checkpoint
     # job environment
     setup: list[str] = field(default_factory=list)  # shell lines before the job starts (module load ...)
     storage_root: Location | None = None  # shared storage for run dirs; None: $PLAYPEN_STORAGE or ./runs
     scratch: str | None = None  # node-local or scratch space, bound into the container (may use $VARS)
     env: dict[str, str] = field(default_factory=dict)  # exported in the job (caches: HF_HOME, ...)
     nccl: dict[str, str] = field(default_factory=dict)  # NCCL_* settings, exported in the job
-    env_keep: list[str] = field(default_factory=list)  # secret-looking variables that may reach the job
+    env_keep: list[str] = field(default_factory=list)  # variables of the submitting shell a job inherits beyond
+                                                        # the allow-list (INHERITED_ENV_*)
     container: ContainerSettings = field(default_factory=ContainerSettings)
     # limits
     max_nodes: int | None = bounded(None, ge=1)  # refuse --nodes above this (sinfo is asked too when SLURM is
@@ -97,6 +115,8 @@ def parse_time_min(value: int | str, where: str) -> int:
             minutes = (days or 0) * 1440 + a * 60 + b + (1 if c else 0)
     if minutes <= 0:
         raise PlaypenError(f"{where}: must be positive, got {value!r}")
+    if minutes > MAX_TIME_MIN:
+        raise PlaypenError(f"{where}: {value!r} is more than a year; give the job's real time limit")
     return minutes
 
 
@@ -111,7 +131,7 @@ def available() -> list[str]:
 
 def profile_path(name: str) -> Path:
     if name.endswith((".yaml", ".yml")) or "/" in name:
-        path = Path(name).expanduser()
+        path = config_file(name)  # a file, or a shipped one by name (cluster/example_gpu)
         if not path.exists():
             raise PlaypenError(f"cluster profile file {name} not found")
         return path  # (load_profile says when it is a folder, binary or unreadable)
@@ -131,7 +151,51 @@ def load_profile(name: str | None = None) -> ClusterProfile:
     if profile.container.runtime not in ("apptainer", "singularity"):
         raise PlaypenError(f"{path}: container.runtime must be apptainer or singularity, "
                            f"got {profile.container.runtime!r}")
+    _no_shell_in_values(profile, str(path))
+    _sbatch_options(profile.sbatch, f"{path}: sbatch")
     return profile
+
+
+def check_variables_only(value: str, where: str) -> str:
+    """`value` if the only thing a shell evaluates in it is $NAME / ${NAME} (VARIABLES_ONLY), else one line."""
+    rest = SHELL_VARIABLE.sub("", value)
+    if "$" in rest or "`" in rest:
+        found = re.search(r"\$\(\(|\$\(|\$\{[^}]*\}?|`|\$", rest).group()
+        raise PlaypenError(f"{where}: {value!r} holds {found!r}; {VARIABLES_ONLY}")
+    return value
+
+
+def _no_shell_in_values(profile: ClusterProfile, where: str) -> None:
+    for section, values in (("env", profile.env), ("nccl", profile.nccl)):
+        for name, value in values.items():
+            if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+                raise PlaypenError(f"{where}: {section}: {name!r} is not an environment variable name (letters, "
+                                   f"digits and _, not starting with a digit)")
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise PlaypenError(f"{where}: {section}: {name}: expected a text or a number, got {value!r}")
+            check_variables_only(str(value), f"{where}: {section}: {name}")
+    if profile.scratch is not None:
+        check_variables_only(profile.scratch, f"{where}: scratch")
+    c = profile.container
+    for key, value in (("image", c.image), ("python", c.python)):
+        if value is not None:
+            check_variables_only(value, f"{where}: container.{key}")
+    for i, bind in enumerate(c.binds):
+        check_variables_only(bind, f"{where}: container.binds[{i}]")
+
+
+def _sbatch_options(options: dict, where: str) -> None:
+    """`sbatch:` keys are option names (`{"chdir=/x --comment": y}` would write two options into one line) and
+    values one scalar each (null would be written as the word None)."""
+    for key, value in options.items():
+        if not isinstance(key, str) or not SBATCH_OPTION.fullmatch(key):
+            raise PlaypenError(f"{where}: {key!r} is not an sbatch option name (a word such as mail-type, "
+                               f"without '--', '=' or blanks)")
+        if value is None or value is False:
+            raise PlaypenError(f"{where}: {key}: {value!r} is not a value; give one (true for a flag) or remove "
+                               f"the key")
+        if not isinstance(value, (str, int, float)):
+            raise PlaypenError(f"{where}: {key}: expected one value (text, a number or true), got {value!r}")
 
 
 def _no_control_characters(node: Any, where: str) -> None:
@@ -152,16 +216,19 @@ def with_container(profile: ClusterProfile, image: str | None) -> ClusterProfile
         return profile
     if CONTROL.search(image):  # it goes into the job script's srun line
         raise PlaypenError(f"--container {image!r} contains a control character (newline, tab, ...)")
+    check_variables_only(image, "--container")
     return replace(profile, container=replace(profile.container, image=None if image == "none" else image))
 
 
 def job_submission_env(environ: dict[str, str], profile: ClusterProfile) -> dict[str, str]:
-    """The submitting shell's variables minus SLURM/distributed/secret ones: what a job may inherit."""
-    keep = set(KEPT_ENV_NAMES) | set(profile.env_keep)
+    """The submitting shell's variables a job may inherit: the allow-list (INHERITED_ENV_*) without credential-like
+    names, plus the profile's `env_keep`. SLURM's and torch.distributed's own are not on it."""
+    keep = set(profile.env_keep)
 
-    def dropped(name: str) -> bool:
+    def inherited(name: str) -> bool:
         if name in keep:
-            return False
-        return name.startswith(DROPPED_ENV_PREFIXES) or name in DROPPED_ENV_NAMES or bool(SECRET_PATTERN.search(name))
+            return True
+        allowed = name in INHERITED_ENV_NAMES or name.startswith(INHERITED_ENV_PREFIXES)
+        return allowed and name not in DROPPED_ENV_NAMES and not SECRET_PATTERN.search(name)
 
-    return {k: v for k, v in environ.items() if not dropped(k)}
+    return {k: v for k, v in environ.items() if inherited(k)}

@@ -7,17 +7,17 @@ requeues and ends to `<dir>/logs/job-events.jsonl` (`jobs.py`). `status` reads b
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from submitit.core.utils import JobPaths
 from submitit.slurm.slurm import read_job_id
 
+from playpen.reading import read_json
 from playpen.errors import PlaypenError
-from playpen.storage import atomic_write_json, checkpoints_in
+from playpen.storage import atomic_write_json, checkpoints_in, written_by_me
 from playpen.submit.jobs import job_events
 from playpen.train.metrics import progress_line
 
@@ -58,16 +58,29 @@ def log_dir(directory: str | Path) -> Path:
 
 def record_submission(sub: Submission) -> Path:
     path = log_dir(sub.directory) / SUBMISSIONS_FILE
-    previous = json.loads(path.read_text()) if path.is_file() else []
+    previous = _read_records(path) if os.path.lexists(path) else []
     return atomic_write_json(path, previous + [asdict(sub)])
+
+
+def _read_records(path: Path) -> list[dict]:
+    """The submission records of logs/submissions.json, or one line saying why the file cannot be read (cut off
+    by a full disk, edited by hand)."""
+    records = read_json(path, "submission record")
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise PlaypenError(f"{path}: expected a JSON list of submission records; fix it or move it away")
+    return records
 
 
 def load_submissions(directory: str | Path) -> list[Submission]:
     path = log_dir(directory) / SUBMISSIONS_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise PlaypenError(f"{directory} holds no submission record (logs/{SUBMISSIONS_FILE}); "
                            f"give a run or sweep directory that `python -m playpen.submit` printed")
-    return [Submission(**entry) for entry in json.loads(path.read_text())]
+    names = {f.name for f in fields(Submission)}
+    try:
+        return [Submission(**{k: v for k, v in entry.items() if k in names}) for entry in _read_records(path)]
+    except TypeError as e:  # a record missing a field
+        raise PlaypenError(f"{path}: a submission record is incomplete ({e}); fix it or move it away") from None
 
 
 # ---------------------------------------------------------------- state
@@ -109,6 +122,8 @@ def result_state(sub: Submission, job_id: str) -> str | None:
         result = JobPaths(sub.folder, job_id=job_id, task_id=task).result_pickle
         if not result.exists():
             return None
+        if not written_by_me(result):  # unpickling runs code: a pickle someone else planted would run as you
+            return None
         try:
             import cloudpickle
 
@@ -142,12 +157,12 @@ def job_states(sub: Submission) -> dict[str, tuple[str, str]]:
 # ---------------------------------------------------------------- rendering
 
 def tail(path: Path, lines: int) -> list[str]:
-    if not path.is_file():
+    if not path.is_file():  # (a FIFO or device is not a file: never read)
         return [f"(no {path.name} yet)"]
     with path.open("rb") as f:
         f.seek(0, os.SEEK_END)
         f.seek(max(0, f.tell() - 64 * 1024))
-        text = f.read().decode("utf-8", "replace")
+        text = f.read(64 * 1024).decode("utf-8", "replace")
     return text.splitlines()[-lines:]
 
 
@@ -172,6 +187,11 @@ def requeue_summary(sub: Submission) -> str:
 
 def render_status(directory: str | Path, lines: int = 10) -> str:
     directory = Path(directory).expanduser().absolute()
+    from playpen.eval import sweep as sweep_mod
+
+    if not (log_dir(directory) / SUBMISSIONS_FILE).is_file() and (directory / sweep_mod.SWEEP_FILE).is_file():
+        # a sweep whose cells ran here (`playpen sweep-local`), never submitted: the cells' own view
+        return sweep_mod.format_status(sweep_mod.status(directory))
     subs = load_submissions(directory)
     sub = subs[-1]
     title = {"train": f"{sub.what} run", "eval": "eval", "sweep": "sweep"}.get(sub.kind, sub.kind)
@@ -192,8 +212,6 @@ def render_status(directory: str | Path, lines: int = 10) -> str:
         out += [f"  then job {j}: {after.get(j, ('UNKNOWN', ''))[0]}" for j in sub.after]
     out.append(f"  {requeue_summary(sub)}")
     if sub.kind == "sweep":  # the sweep's own view of its cells
-        from playpen.eval import sweep as sweep_mod
-
         out += ["  " + line for line in sweep_mod.format_status(sweep_mod.status(directory)).splitlines()]
     steps = [step for step, _ in checkpoints_in(directory / "checkpoints")]
     if steps:

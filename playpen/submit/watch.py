@@ -1,5 +1,5 @@
 """What `playpen submit` shows: the script a dry run would send, the submitted jobs, their progress while
-`--wait` waits, and `playpen logs`.
+`--wait` waits, and `playpen submit logs`.
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from playpen.errors import PlaypenError
+from playpen.storage import read_text_lossy
 from playpen.submit import executor as exe
 from playpen.submit import status
 from playpen.submit.plans import Plan
@@ -104,5 +105,5 @@ def show_logs(args: argparse.Namespace) -> int:
         os.execvp("tail", ["tail", "-n", "+1", "-F", str(path)])
     if not path.is_file():
         raise PlaypenError(f"no log yet at {path} (job {job_id} may still be pending)")
-    sys.stdout.write(path.read_text(errors="replace"))
+    sys.stdout.write(read_text_lossy(path, "job log"))
     return 0

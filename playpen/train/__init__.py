@@ -1,7 +1,7 @@
 """Trainers: one readable module per method over shared parts.
 
     from playpen.train import train
-    run = train("grpo", "configs/grpo/demo.yaml", ["trainer.max_steps=20"])   # -> RunDir
+    run = train("grpo", "grpo/demo", ["trainer.max_steps=20"])   # -> RunDir
 
 `train` is what `playpen train` and SLURM jobs call, once per rank under torchrun (RANK/WORLD_SIZE/... set).
 Rerunning the same call resumes from the last checkpoint in the same run directory.

@@ -16,9 +16,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
 
+from playpen.reading import DATA_MAX_BYTES, read_bytes, read_json
 from playpen.errors import PlaypenError
-from playpen.storage import (atomic_write_json, atomic_write_text, checkpoint_step, checkpoints_in, read_jsonl,
-                             remove_tree)
+from playpen.storage import (atomic_write_json, atomic_write_text, checkpoint_step, checkpoints_in, not_a_link,
+                             read_json_or_none, read_jsonl, remove_tree, share_as_umask)
 
 STATE_FILE = "playpen_state.json"
 FULL_CHECK_BYTES = 1 << 30  # zip files above this get a structural check only (CRCs of 10s of GB take minutes)
@@ -74,13 +75,17 @@ def validate_checkpoint(checkpoint: Path) -> None:
     """Every JSON parses, every safetensors file has its full length, every torch archive is intact."""
     if not (checkpoint / "trainer_state.json").is_file():
         raise _corrupt(checkpoint / "trainer_state.json", "missing", checkpoint)
-    for path in sorted(p for p in checkpoint.rglob("*") if p.is_file()):
+    for path in sorted(p for p in checkpoint.rglob("*") if p.is_file() or p.is_symlink()):
         why = None
-        if path.suffix == ".json":
+        if path.is_symlink():
+            why = f"a symbolic link (to {os.readlink(path)}), not a file of the checkpoint's own"
+        elif path.suffix == ".json":
             try:
-                json.loads(path.read_text())
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                json.loads(read_bytes(path, "checkpoint file", DATA_MAX_BYTES))
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
                 why = f"malformed JSON: {e}"
+            except PlaypenError as e:
+                why = str(e)
         elif path.suffix == ".safetensors":
             why = _check_safetensors(path) or _non_finite(path)
         elif path.suffix in (".pt", ".pth", ".bin"):
@@ -95,7 +100,9 @@ def _log_rank0(message: str) -> None:
 
 
 def find_resume_checkpoint(folder: Path, log=_log_rank0) -> Path | None:
-    """The newest complete checkpoint (validated), or None for a fresh run."""
+    """The newest complete checkpoint (validated), or None for a fresh run. A link at the checkpoints folder is
+    refused: what it points at is not this run's."""
+    not_a_link(folder, "run folder")
     stray = [p for p in sorted(folder.glob("checkpoint-*")) if not p.is_dir()] if folder.is_dir() else []
     if stray:  # the Trainer would fail to save (or rotate) a checkpoint of that name mid-run
         raise PlaypenError(f"{stray[0]} is a file, not a checkpoint folder; move it out of {folder} and rerun")
@@ -116,6 +123,102 @@ def remove_incomplete(folder: Path, keep: Path | None) -> None:
             remove_tree(path, folder)
 
 
+SHAPE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+              "vocab_size")  # a full-weights checkpoint of another model differs in one of these
+
+
+def check_fits(checkpoint: Path, planned_steps: int, lora: dict | None, spec: dict) -> None:
+    """A checkpoint is resumed or finished from only if it is one of this run's: its step is the one its name and
+    its state files say and not past the run's max_steps (`planned_steps` > 0), and its weights are what the run
+    trains (a LoRA adapter of the configured rank and alpha, or full weights of the same model). A folder copied
+    from another run would otherwise become this run's registered model, silently."""
+    def unfit(why: str) -> PlaypenError:
+        return PlaypenError(f"checkpoint {checkpoint} does not fit this run: {why}; it is not this run's (copied "
+                            f"from another?): delete it, or pass run_id=<new id> to start a separate run")
+
+    step = checkpoint_step(checkpoint)
+    state = load_state(checkpoint)
+    if state.get("step") != step:
+        raise unfit(f"its {STATE_FILE} says step {state.get('step')!r}, its name step {step}")
+    trainer_state = read_json(checkpoint / "trainer_state.json", "checkpoint file")
+    if not isinstance(trainer_state, dict) or trainer_state.get("global_step") != step:
+        raise unfit(f"its trainer_state.json says step {(trainer_state or {}).get('global_step')!r}, its name "
+                    f"step {step}")
+    reached = state.get("global_step", step)
+    if not isinstance(reached, int) or reached < step:
+        raise unfit(f"its {STATE_FILE} says global step {reached!r}")
+    if 0 < planned_steps < reached:
+        raise unfit(f"it is at step {reached}, past the run's max_steps {planned_steps}")
+    adapter = checkpoint / "adapter_config.json"
+    if lora is None and adapter.is_file():
+        raise unfit("it holds a LoRA adapter, and this run trains full weights (lora: null)")
+    if lora is not None and not adapter.is_file():
+        raise unfit("it holds full weights, and this run trains a LoRA adapter (lora:)")
+    if adapter.is_file():
+        found = read_json(adapter, "checkpoint file")
+        _adapter_fits(checkpoint, found, _expected_adapter(lora, spec), unfit)
+        base, trained = str(found.get("base_model_name_or_path") or ""), str(spec.get("huggingface_id") or "")
+        if base and trained and Path(base).name != Path(trained).name:  # (paths differ between machines: names)
+            raise unfit(f"its adapter sits on {base}, the run trains {trained}")
+    else:
+        _weights_fit(checkpoint, spec, unfit)
+
+
+def _expected_adapter(lora: dict, spec: dict) -> dict:
+    """The adapter the run trains: the one its model already is (peft_model: trained on), else `lora:` over
+    playpen's defaults."""
+    from playpen.models.modeling import DEFAULT_LORA
+
+    start = (spec.get("model_config") or {}).get("peft_model")
+    if start and (Path(start) / "adapter_config.json").is_file():
+        found = read_json(Path(start) / "adapter_config.json", "adapter config")
+        return found if isinstance(found, dict) else {}
+    return {**DEFAULT_LORA, **lora}
+
+
+def _adapter_fits(checkpoint: Path, found: dict, expected: dict, unfit) -> None:
+    if not isinstance(found, dict):
+        raise unfit("its adapter_config.json is not a mapping")
+    for key in ("r", "lora_alpha"):
+        if key in expected and found.get(key) != expected[key]:
+            raise unfit(f"its adapter has {key}={found.get(key)!r}, the run's lora has {key}={expected[key]!r}")
+    want, have = expected.get("target_modules"), found.get("target_modules")
+    if isinstance(want, (list, tuple)) and isinstance(have, (list, tuple)) and set(want) != set(have):
+        raise unfit(f"its adapter targets {sorted(have)}, the run's lora targets {sorted(want)}")
+    rank = expected.get("r")
+    for weights in checkpoint.glob("adapter_model*.safetensors"):  # the tensors themselves, not only the config
+        for name, shape in _safetensors_shapes(weights).items():
+            if "lora_A" in name and len(shape) == 2 and shape[0] != rank:
+                raise unfit(f"its tensor {name} has rank {shape[0]}, the run's lora has r={rank}")
+
+
+def _safetensors_shapes(path: Path) -> dict[str, list[int]]:
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return {}
+        (length,) = struct.unpack("<Q", head)
+        try:
+            header = json.loads(f.read(min(length, 1 << 26)))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return {}
+    return {k: v.get("shape", []) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
+
+
+def _weights_fit(checkpoint: Path, spec: dict, unfit) -> None:
+    """Full weights: the checkpoint's config.json against the base model's, where the base is a local folder."""
+    base = Path(str(spec.get("huggingface_id") or "")).expanduser() / "config.json"
+    if not (checkpoint / "config.json").is_file() or not base.is_file():
+        return
+    mine, theirs = read_json(checkpoint / "config.json", "checkpoint file"), read_json(base, "model config")
+    if not isinstance(mine, dict) or not isinstance(theirs, dict):
+        return
+    for key in SHAPE_KEYS:
+        if key in mine and key in theirs and mine[key] != theirs[key]:
+            raise unfit(f"its config.json has {key}={mine[key]!r}, the model trained ({spec.get('model_name')}) "
+                        f"{key}={theirs[key]!r}")
+
+
 TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin", STATE_FILE)
 
 
@@ -133,18 +236,19 @@ class CheckpointAsFinal:
             return
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
-        for path in sorted(self.checkpoint.iterdir()):
-            if path.is_file() and path.name not in TRAINING_STATE and not path.name.startswith("rng_state"):
+        for path in sorted(self.checkpoint.iterdir()):  # (a link there is not the run's: never copied)
+            if path.is_file() and not path.is_symlink() and path.name not in TRAINING_STATE \
+                    and not path.name.startswith("rng_state"):
                 shutil.copy2(path, out / path.name)
 
 
 def load_state(checkpoint: Path | None) -> dict:
     if checkpoint is None:
         return {"step": 0}
-    try:
-        return json.loads((checkpoint / STATE_FILE).read_text())
-    except (json.JSONDecodeError, OSError) as e:
-        raise _corrupt(checkpoint / STATE_FILE, str(e), checkpoint) from None
+    state = read_json_or_none(checkpoint / STATE_FILE)
+    if not isinstance(state, dict):
+        raise _corrupt(checkpoint / STATE_FILE, "not a readable JSON mapping", checkpoint)
+    return state
 
 
 def truncate_jsonl(path: Path, step: int) -> None:
@@ -166,12 +270,23 @@ def _make_resume_state_callback():
             self.extra = extra
             self.step_offset = step_offset
 
+        def on_step_end(self, args, state, control, **kwargs):
+            """Before the Trainer saves checkpoint-<step> by name: a folder of that name cannot be this run's
+            (newer ones were removed when it resumed), so whatever is there, links included, goes first."""
+            if control.should_save:
+                from playpen.distributed import barrier
+
+                if state.is_world_process_zero:
+                    remove_tree(Path(args.output_dir) / f"checkpoint-{state.global_step}", args.output_dir)
+                barrier()
+
         def on_save(self, args, state, control, **kwargs):
             from playpen.distributed import barrier
 
             barrier()  # every rank has written its shards
             if state.is_world_process_zero:
                 checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                share_as_umask(checkpoint)  # (safetensors writes 0600: teammates could not load it)
                 atomic_write_json(checkpoint / STATE_FILE,
                                   {"step": state.global_step, "global_step": self.step_offset + state.global_step,
                                    **self.extra()})

@@ -1,6 +1,6 @@
 """On-policy distillation in games: the learner plays, a teacher grades each of its turns.
 
-    playpen train distill --config configs/distill/tiny_numberguess.yaml [key=value ...]
+    playpen train distill --config distill/tiny_numberguess [key=value ...]
 
 Each round (rounds.py, the loop iterative DPO and expert iteration share) the learner plays whole multi-turn
 episodes of `instances` train instances with the rollout engine (the token sequences and env_mask GRPO trains on,
@@ -25,31 +25,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from playpen.config import bounded
+from playpen.config import bounded, documented
 from playpen.errors import PlaypenError
 from playpen.models import service
 from playpen.train import game_play, rounds, sequences
 from playpen.train.recipe import Session
-from playpen.train.rft import play_round, round_instances, train_rows
 
 
 @dataclass
 class Config(game_play.GameConfig):
     """Keys of GameConfig and TrainConfig; `trainer:` takes trl.SFTConfig keys, max_steps per round."""
 
-    teacher: str = game_play.PROGRAMMATIC  # who grades the learner's turns: programmatic (a built-in game's
-                                         # expert, DAgger) or a local model with the learner's tokenizer (GKD)
-    beta: float = bounded(1.0, ge=0, le=1, hint="GKD's beta: 1 reverse KL, 0 forward KL, between a JSD")
-    rounds: int = bounded(3, ge=1)       # play → grade → train rounds, each from the model the last one ended with
-    group_size: int = bounded(1, ge=1)   # episodes per instance per round
-    instances: int | None = bounded(32, ge=1)  # train instances played per round: the next ones of the split,
-                                         # shuffled once with seed (null: all of them every round)
+    teacher: str = documented(game_play.PROGRAMMATIC, help="who grades the learner's turns: programmatic (a "
+                                                           "built-in game's expert, DAgger) or a local model with "
+                                                           "the learner's tokenizer (GKD)")
+    beta: float = bounded(1.0, ge=0, le=1, hint="GKD's beta: 1 reverse KL, 0 forward KL, between a JSD",
+                          help="the divergence the learner's turns are trained on")
+    rounds: int = bounded(3, ge=1, help="play → grade → train rounds, each from the model the last one ended with")
+    group_size: int = bounded(1, ge=1, help="episodes per instance per round")
+    instances: int | None = bounded(32, ge=1, help="train instances played per round: the next ones of the split, "
+                                                   "shuffled once with seed (null: all of them every round)")
 
 
-class Distill(rounds.RoundsRecipe):
+class Distill(rounds.SFTRoundsRecipe):
     name = "distill"
     Config = Config
-    trl_config = "SFTConfig"
     rows_folder = "targets"
 
     def check(self, cfg: Config, where: str) -> None:
@@ -63,14 +63,6 @@ class Distill(rounds.RoundsRecipe):
             return
         check_model_teacher(cfg, where)
 
-    def trainer_defaults(self, cfg: Config) -> dict:
-        return {"max_length": 2048, "packing": False, "max_steps": 20, "learning_rate": 1e-4,
-                "per_device_train_batch_size": 8}
-
-    def forced(self, cfg: Config) -> dict:
-        # the rows carry their labels (the targets); a chat-template mask would train something else
-        return {"assistant_only_loss": False, "completion_only_loss": False}
-
     def fit(self, session: Session):
         cfg = session.cfg
         self._instances = game_play.train_instances(cfg, session.run.path if session.is_main else None, limit=None)
@@ -80,8 +72,8 @@ class Distill(rounds.RoundsRecipe):
 
     def collect(self, session: Session, k: int, model, offset: int) -> tuple[list[dict], dict]:
         cfg = session.cfg
-        chosen = round_instances(self._instances, k, cfg.instances)
-        episodes = play_round(session, k, model, chosen, self._partner, group_size=cfg.group_size)
+        chosen = game_play.round_instances(self._instances, k, cfg.instances)
+        episodes = game_play.play_round(session, k, model, chosen, self._partner, group_size=cfg.group_size)
         stats = game_play.episode_stats(episodes)
         rows = []
         if self._teacher is None:
@@ -103,10 +95,10 @@ class Distill(rounds.RoundsRecipe):
 
     def train_round(self, session: Session, rows: list[dict], args, resume, offset: int, model, peft_config):
         if self._teacher is None:
-            return train_rows(session, rows, args, resume, offset, model, peft_config)
-        return train_rows(session, rows, args, resume, offset, model, peft_config,
-                          trainer_class=distillation_trainer(), teacher_model=self._teacher,
-                          beta=session.cfg.beta)
+            return super().train_round(session, rows, args, resume, offset, model, peft_config)
+        return rounds.train_rows(session, rows, args, resume, offset, model, peft_config,
+                                 trainer_class=distillation_trainer(), teacher_model=self._teacher,
+                                 beta=session.cfg.beta)
 
 
 def check_model_teacher(cfg: Config, where: str) -> None:

@@ -1,7 +1,7 @@
 """DPO from a static preference file or from branching game rollouts, optionally iterated.
 
-    playpen train dpo --config configs/dpo/tiny_static.yaml      # data: prefs.jsonl
-    playpen train dpo --config configs/dpo/tiny_rollouts.yaml    # game: wordle, iterations: 2
+    playpen train dpo --config dpo/tiny_static      # data: prefs.jsonl
+    playpen train dpo --config dpo/tiny_rollouts    # game: wordle, iterations: 2
 
 Static: rows {"prompt": [...messages] | str, "chosen": [...] | str, "rejected": [...] | str}.
 Rollouts: the learner plays each instance once, then `group_size - 1` branches replay it from just before one
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from playpen.config import bounded
+from playpen.config import bounded, documented
 from playpen.errors import PlaypenError
 from playpen import data_files
 from playpen.train import game_play, rounds
@@ -28,15 +28,15 @@ from playpen.train.recipe import Recipe, Session
 
 @dataclass
 class Config(game_play.GameConfig):
-    data: str | None = None             # static preference jsonl; or leave it out and set game:
-    iterations: int = bounded(1, ge=1)  # rollout mode: rounds of play → pairs → DPO (rounds.py)
-    # branch factor: episodes per instance sharing a prefix
-    group_size: int = bounded(4, ge=2, hint="a preference pair compares two episodes of an instance")
-    instances: int | None = bounded(16, ge=1)  # training instances played per round
-    pairs: str = "branching"            # where rollout pairs come from: branching (replays from one learner
-                                        # reply), or best_of_n (each instance played once with best_of_n:
-                                        # advocates; a pair per choice, the chosen speech against the
-                                        # lowest-scored candidate; group_size is not used)
+    data: str | None = documented(None, help="static preference jsonl; or leave it out and set game:")
+    iterations: int = bounded(1, ge=1, help="rollout mode: rounds of play → pairs → DPO")
+    group_size: int = bounded(4, ge=2, hint="a preference pair compares two episodes of an instance",
+                              help="branch factor: episodes per instance sharing a prefix")
+    instances: int | None = bounded(16, ge=1, help="training instances played per round")
+    pairs: str = documented("branching", help="where rollout pairs come from: branching (replays from one learner "
+                                              "reply) or best_of_n (each instance played once with best_of_n: "
+                                              "advocates; a pair per choice, the chosen speech against the "
+                                              "lowest-scored candidate; group_size is not used)")
 
 
 def _side(value, name: str) -> str | None:
@@ -137,9 +137,9 @@ class DPO(rounds.RoundsRecipe):
         cfg = session.cfg
         shard = self._instances[session.rank::session.world_size]
         policy = LocalPolicy(model, session.tokenizer, name=session.spec["model_name"].replace("/", "_"))
-        engine = RolloutEngine(learner=policy, teacher=self._partner, max_new_tokens=cfg.max_new_tokens,
+        engine = RolloutEngine(learner=policy, partner=self._partner, max_new_tokens=cfg.max_new_tokens,
                                temperature=cfg.temperature, batch_size=cfg.rollout_batch_size,
-                               teacher_seats=cfg.partner_seats)
+                               partner_seats=cfg.partner_seats)
         tag = game_play.records_tag("iter", k, session.rank, session.world_size)
         game_play.clear_records(session.run.records, lambda prefix, step: prefix == "iter" and step == k)
         if cfg.pairs == "best_of_n":

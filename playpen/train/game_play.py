@@ -1,4 +1,5 @@
-"""What GRPO and DPO share about playing games: config keys, checks, the teacher, episode statistics.
+"""What the game methods share about playing games: config keys, checks, the partner, a round of play, episode
+statistics.
 
 The trainers only call `playpen.rollout` (RolloutEngine, LocalPolicy, load_instances, preference_pairs); the
 rollout package knows nothing of TRL.
@@ -11,14 +12,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from playpen.config import bounded
+from playpen.config import bounded, documented
 from playpen.errors import PlaypenError
 from playpen.games.instances import generate_instances, instances_file, load_instances, pick_generated
 from playpen.storage import remove_tree
 from playpen import distributed
 from playpen.models import service
 from playpen.train.players import frozen_policy
-from playpen.train.recipe import TrainConfig
+from playpen.train.recipe import Session, TrainConfig
 
 
 PROGRAMMATIC = "programmatic"  # partner (or distill's teacher): the built-in game's own expert
@@ -28,33 +29,38 @@ PROGRAMMATIC = "programmatic"  # partner (or distill's teacher): the built-in ga
 class GameConfig(TrainConfig):
     """Keys of the methods that learn from game play."""
 
-    game: str | None = None              # built-in or registered game (`playpen list games`)
-    split: str = "train"                 # instances to learn from: train, or an instances file of the game
-                                         # (a name in its in/ folder or a path); validation is held out
-    generate: dict | None = None         # {seed: N, <generator args>}: fresh instances from the game's own
-                                         # instancegenerator.py instead of split (validation duplicates dropped)
-    instances: int | None = bounded(None, ge=1)  # use N instances (shuffled with seed); null = all of the split
-    group_size: int = bounded(8, ge=1)   # episodes per instance (GRPO group / DPO branching pool)
-    partner: str | None = None           # frozen player of the other seats (registry name: local HF or remote
-                                         # API + key.json; programmatic: a built-in game's own expert); was
-                                         # `teacher:`, still read as partner where a method has no teacher
-    partner_seats: list[int] | None = None  # the seats the partner holds (default: all but the first); the
-                                         # learner holds the rest, e.g. debate [2]: a model judge, the learner
-                                         # in both debater seats (was teacher_seats)
-    self_play: bool = True               # without a partner the learner plays every role
-    train_seats: str = "all"             # self-play: "all" = episodes of a group alternate which learner seat
-                                         # is trained (every role learns); "first" = the first seat only
-    max_new_tokens: int = bounded(64, ge=1)  # per turn
-    # sampling temperature of the learner: the episodes of a group must be able to differ
-    temperature: float = bounded(1.0, gt=0, hint="episodes are sampled; 0 would play every group's episodes alike")
-    rollout_batch_size: int = bounded(64, ge=1)  # sequences generated together
-    validation_instances: int = bounded(0, ge=0)  # >0: play N validation instances at start, every
-                                                  # validation_every steps, and at the end
-    validation_every: int = bounded(0, ge=0)  # steps between validations (0: start and end only)
-    validation_temperature: float = bounded(0.0, ge=0)  # greedy by default, as clemscore evaluation plays
-    best_of_n: dict | int | None = None  # debate, consultancy, double_consultancy: advocates that sample n speeches
-                                         # per turn and give the chooser's favourite, in every experiment played
-                                         # ({n, chooser, temperature, seats}: playpen/games/debate/best_of_n.py)
+    game: str | None = documented(None, help="built-in or registered game (`playpen list games`)")
+    split: str = documented("train", help="instances to learn from: train, or an instances file of the game (a "
+                                          "name in its in/ folder or a path); validation is held out")
+    generate: dict | None = documented(None, help="{seed: N, <generator args>}: fresh instances from the game's own "
+                                                  "instancegenerator.py instead of split (validation duplicates "
+                                                  "dropped)")
+    instances: int | None = bounded(None, ge=1, help="use N instances (shuffled with seed); null: all of the split")
+    group_size: int = bounded(8, ge=1, help="episodes per instance (GRPO group / DPO branching pool)")
+    partner: str | None = documented(None, help="frozen player of the other seats (registry name: local HF or "
+                                                "remote API + key.json; programmatic: a built-in game's own "
+                                                "expert); was teacher:, still read as partner where a method has no "
+                                                "teacher")
+    partner_seats: list[int] | None = documented(None, help="the seats the partner holds (default: all but the "
+                                                            "first); the learner holds the rest, e.g. debate [2]: a "
+                                                            "model judge, the learner in both debater seats (was "
+                                                            "teacher_seats)")
+    self_play: bool = documented(True, help="without a partner the learner plays every role")
+    train_seats: str = documented("all", help="self-play: all = episodes of a group alternate which learner seat "
+                                              "is trained (every role learns); first = the first seat only")
+    max_new_tokens: int = bounded(64, ge=1, help="max new tokens per learner turn")
+    temperature: float = bounded(1.0, gt=0, hint="episodes are sampled; 0 would play every group's episodes alike",
+                                 help="sampling temperature of the learner: the episodes of a group must be able "
+                                      "to differ")
+    rollout_batch_size: int = bounded(64, ge=1, help="sequences generated together")
+    validation_instances: int = bounded(0, ge=0, help="above 0: play N validation instances at the start, every "
+                                                      "validation_every steps, and at the end")
+    validation_every: int = bounded(0, ge=0, help="steps between validations (0: start and end only)")
+    validation_temperature: float = bounded(0.0, ge=0, help="greedy by default, as clemscore evaluation plays")
+    best_of_n: dict | int | None = documented(None, help="debate, consultancy, double_consultancy: advocates that "
+                                                         "sample n speeches per turn and give the chooser's "
+                                                         "favourite, in every experiment played ({n, chooser, "
+                                                         "temperature, seats}; playpen/games/debate/best_of_n.py)")
 
 
 def check_game(cfg: GameConfig, where: str) -> dict:
@@ -172,6 +178,35 @@ def with_best_of_n(cfg: GameConfig, pairs: list) -> list:
     return [({**experiment, "best_of_n": cfg.best_of_n}, instance) for experiment, instance in pairs]
 
 
+def round_instances(instances: list, k: int, n: int | None) -> list:
+    """The instances round k plays: the next n of the (already shuffled) list, wrapping around; all when n is
+    None."""
+    if not n or n >= len(instances):
+        return list(instances)
+    start = (k * n) % len(instances)
+    return [instances[(start + i) % len(instances)] for i in range(n)]
+
+
+def play_round(session: Session, k: int, model, instances: list, partner, group_size: int):
+    """Round k's episodes of this process's share of `instances` (records tagged iter_k), seeded by (seed, k)."""
+    from playpen.rollout import LocalPolicy, RolloutEngine
+
+    cfg = session.cfg
+    shard = instances[session.rank::session.world_size]
+    policy = LocalPolicy(model, session.tokenizer, name=session.spec["model_name"].replace("/", "_"))
+    seed = (cfg.seed * 1_000_003 + k) * 1_009 + session.rank
+    engine = RolloutEngine(learner=policy, partner=partner, max_new_tokens=cfg.max_new_tokens,
+                           temperature=cfg.temperature, batch_size=cfg.rollout_batch_size, seed=seed,
+                           partner_seats=cfg.partner_seats)
+    tag = records_tag("iter", k, session.rank, session.world_size)
+    clear_records(session.run.records, lambda prefix, step: prefix == "iter" and step == k)
+    episodes = engine.play(cfg.game, instances=shard, group_size=group_size, records_dir=session.run.records,
+                           records_tag=tag)
+    if failure := partner_failure(cfg, episodes, f"of round {k}"):
+        raise PlaypenError(f"{failure} (records: {session.run.records})")
+    return episodes
+
+
 def main_score(episode) -> float:
     """The episode's main score 0-100; aborted (NaN) and missing count as 0 in training statistics."""
     value = episode.main_score
@@ -219,9 +254,9 @@ def records_tag(prefix: str, step: int, rank: int, world: int) -> str:
 def play_validation(policy, cfg: GameConfig, instances, partner, records_dir: Path, tag: str) -> dict:
     from playpen.rollout import RolloutEngine
 
-    engine = RolloutEngine(learner=policy, teacher=partner, max_new_tokens=cfg.max_new_tokens,
+    engine = RolloutEngine(learner=policy, partner=partner, max_new_tokens=cfg.max_new_tokens,
                            temperature=cfg.validation_temperature, batch_size=cfg.rollout_batch_size,
-                           teacher_seats=cfg.partner_seats)
+                           partner_seats=cfg.partner_seats)
     episodes = engine.play(cfg.game, instances=instances, group_size=1, records_dir=records_dir, records_tag=tag)
     return episode_stats(episodes)
 

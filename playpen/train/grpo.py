@@ -1,6 +1,6 @@
 """GRPO on games: the learner plays each training instance `group_size` times; reward = the episode's outcome.
 
-    playpen train grpo --config configs/grpo/demo.yaml [key=value ...]
+    playpen train grpo --config grpo/demo [key=value ...]
 
 TRL's GRPOTrainer does the algorithm (group-normalised advantages, clipped policy loss, KL to the reference
 with beta; with LoRA the reference is the model with adapters off); playpen supplies `rollout_func`:
@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from itertools import groupby
 
-from playpen.config import bounded
+from playpen.config import bounded, documented
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json, read_jsonl
 from playpen import distributed
@@ -32,20 +32,24 @@ class Config(game_play.GameConfig):
     """Keys of GameConfig and TrainConfig, plus a learned reward (learned_reward.py); `trainer:` takes
     trl.GRPOConfig keys."""
 
-    # episodes per instance: TRL's num_generations, whose rewards are normalised against each other
-    group_size: int = bounded(8, ge=2, hint="GRPO's advantage compares the episodes of a group")
-    prompts: str | None = None           # jsonl of prompts: single-turn GRPO against reward_model (no game)
-    reward_model: str | None = None      # sequence classifier (registry name, folder) or callable scorer
-    reward_label: str | None = None      # the label of a multi-label reward_model to reward
-    reward_weight: float = 1.0           # with a game: weight of the learned reward in the sum ...
-    game_reward_weight: float = 1.0      # ... and of the game's own episode reward
-    # reward of an aborted episode (a broken reply format); 0 makes a game's reward 1/0 once SFT has the format
-    abort_reward: float = -1.0
-    # train nothing from an episode in which a learner reply hit max_new_tokens (TRL's mask_truncated_completions
-    # looks at the last token of the whole episode, which is the game's, so it is not used)
-    mask_truncated: bool = False
-    # dynamic sampling (DAPO): up to N rounds per step refill groups whose episodes all score alike (0: off)
-    dynamic_sampling: int = bounded(0, ge=0, hint="refill rounds per step; 0 keeps uniform groups")
+    group_size: int = bounded(8, ge=2, hint="GRPO's advantage compares the episodes of a group",
+                              help="episodes per instance: TRL's num_generations, whose rewards are normalised "
+                                   "against each other")
+    prompts: str | None = documented(None, help="jsonl of prompts: single-turn GRPO against reward_model (no game)")
+    reward_model: str | None = documented(None, help="sequence classifier (registry name, folder) or callable "
+                                                     "scorer")
+    reward_label: str | None = documented(None, help="the label of a multi-label reward_model to reward")
+    reward_weight: float = documented(1.0, help="with a game: the weight of the learned reward in the sum ...")
+    game_reward_weight: float = documented(1.0, help="... and of the game's own episode reward")
+    abort_reward: float = documented(-1.0, help="reward of an aborted episode (a broken reply format); 0 makes a "
+                                                "game's reward 1/0 once SFT has the format")
+    mask_truncated: bool = documented(False, help="train nothing from an episode in which a learner reply hit "
+                                                  "max_new_tokens (TRL's mask_truncated_completions looks at the "
+                                                  "last token of the whole episode, which is the game's, so it is "
+                                                  "not used)")
+    dynamic_sampling: int = bounded(0, ge=0, hint="refill rounds per step; 0 keeps uniform groups",
+                                    help="dynamic sampling (DAPO): up to N rounds per step refill groups whose "
+                                         "episodes all score alike (0: off)")
 
 
 def instance_key(index: int, experiment, instance) -> str:
@@ -92,9 +96,9 @@ class GameRollouts:
             policy = self.policy(model)
             # seeded by (seed, rollout number, rank): a resumed run replays exactly the rollouts it lost
             seed = (cfg.seed * 1_000_003 + self.counters["rollouts"]) * 1_009 + session.rank
-            engine = RolloutEngine(learner=policy, teacher=self.partner, max_new_tokens=cfg.max_new_tokens,
+            engine = RolloutEngine(learner=policy, partner=self.partner, max_new_tokens=cfg.max_new_tokens,
                                    temperature=cfg.temperature, batch_size=cfg.rollout_batch_size, seed=seed,
-                                   teacher_seats=cfg.partner_seats)
+                                   partner_seats=cfg.partner_seats)
             self._writing = engine
 
             played = [0]  # episodes, refills included

@@ -1,7 +1,7 @@
 """RL against a learned reward: GRPO with `reward_model:` and a KL leash (`trainer.beta` > 0).
 
-    playpen train grpo --config configs/grpo/tiny_reward_model.yaml       # prompts: + reward_model:
-    playpen train grpo --config configs/grpo/demo.yaml reward_model=<name> reward_weight=0.5
+    playpen train grpo --config grpo/tiny_reward_model       # prompts: + reward_model:
+    playpen train grpo --config grpo/demo reward_model=<name> reward_weight=0.5
 
 TRL 1.16 has no PPOTrainer; this is what replaces RewardLM's and trlX's PPO-against-a-classifier: GRPOTrainer
 with the classifier as a reward function, and beta > 0 adding the per-token KL to the reference model (the base

@@ -11,7 +11,7 @@ import math
 import time
 from pathlib import Path
 
-from playpen.storage import append_jsonl, read_jsonl
+from playpen.storage import append_jsonl, read_jsonl, write_figure
 
 CURVE_FILE = "learning_curve.png"
 
@@ -133,9 +133,14 @@ GROUP_SERIES = (("frac_reward_zero_std", "TRL frac_reward_zero_std (whole batch 
                 ("dynamic/uniform_left", "uniform after refills"))
 
 
+# methods trained in rounds (rounds.py) log one row per round's play, at the step the round starts from
+ROUND_SERIES = (("success_rate", "won (the round's play)"), ("pass_rate", "won, of all played (RFT)"),
+                ("agreement", "learner made the expert's move (DAgger)"))
+
+
 def plot_curve(metrics_file: Path, out: Path, title: str = "") -> Path | None:
-    """Reward (± std) and episode score per step, then loss, then KL or DPO margins, then GRPO's uniform groups;
-    returns the PNG path."""
+    """Reward (± std) and episode score per step, then loss, then KL, DPO margins or the distillation divergence,
+    then GRPO's uniform groups or the rounds' success, pass rate and agreement; returns the PNG path."""
     rows = read_jsonl(metrics_file)
     if not rows:
         return None
@@ -146,9 +151,10 @@ def plot_curve(metrics_file: Path, out: Path, title: str = "") -> Path | None:
 
     has_reward = any("reward" in r for r in rows)
     panels = (["reward"] if has_reward else []) + ["loss"]
-    third = next((k for k in ("kl", "rewards/margins") if any(k in r for r in rows)), None)
+    third = next((k for k in ("kl", "rewards/margins", "distill/loss_kl") if any(k in r for r in rows)), None)
     panels += [third] if third else []
     panels += ["groups"] if any(key in r for r in rows for key, _ in GROUP_SERIES) else []
+    panels += ["rounds"] if any("round" in r for r in rows) else []
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.8 * len(panels)), sharex=True, squeeze=False)
     for ax, panel in zip(axes[:, 0], panels):
         if panel == "reward":
@@ -169,6 +175,18 @@ def plot_curve(metrics_file: Path, out: Path, title: str = "") -> Path | None:
                 right.plot(score_steps, score, color="tab:orange", marker=".", alpha=0.8, label="episode score")
                 right.set_ylabel("episode score (0-100)")
                 right.legend(loc="lower right", fontsize=8)
+        elif panel == "rounds":
+            played = [r for r in rows if "round" in r]
+            for key, label in ROUND_SERIES:
+                steps, values = _series(played, key)
+                if values:
+                    ax.plot(steps, [100 * v for v in values], marker="o", label=label)
+            kept = next((k for k in ("kept", "pairs", "targets") if k in played[0]), None)
+            for r in played if kept else []:
+                ax.annotate(f"{r[kept]} {kept}", (r["step"], 100 * r.get("success_rate", 0)), fontsize=7)
+            ax.set_ylabel("% per round")
+            ax.set_ylim(-5, 105)
+            ax.legend(loc="upper left", fontsize=8)
         elif panel == "groups":
             for key, label in GROUP_SERIES:
                 steps, values = _series(rows, key)
@@ -186,9 +204,6 @@ def plot_curve(metrics_file: Path, out: Path, title: str = "") -> Path | None:
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
+    write_figure(out, fig, dpi=100)
     plt.close(fig)
-    tmp.replace(out)
     return out

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from playpen import distributed
-from playpen.config import bounded
+from playpen.config import bounded, documented
+from playpen.defaults import MAX_SEED
 from playpen.models import modeling
 from playpen.storage import Location, Name, RunDir
 from playpen.train import trackers, trl_args
@@ -20,21 +21,27 @@ from playpen.train.metrics import metrics_callback
 class TrainConfig:
     """Keys every method shares. Method configs add their own (data, game, ...)."""
 
-    experiment: Name                     # run dir: <storage_root>/<experiment>/<run_id>
-    model: str = "playpen-tiny"          # registry name (`playpen list models`) or a local Hugging Face folder
-    run_id: Name | None = None           # default: <method>-<hash of this config>, so a rerun resumes
-    storage_root: Location | None = None  # default: $PLAYPEN_STORAGE, else ./runs
-    seed: int = bounded(42, ge=0)     # numpy and torch take seeds >= 0
-    lora: dict | None = field(default_factory=dict)  # LoraConfig keys over the seed default; null = full weights
-    quantization: str | None = None      # null | 4bit | 8bit (bitsandbytes; QLoRA with lora)
-    dtype: str = "auto"                  # auto | float32 | bfloat16 | float16 (weights as loaded)
-    deepspeed: str | None = None         # e.g. configs/deepspeed/zero2.json
-    register: bool = True                # write <run>/model_registry.json for `playpen eval`
-    allow_config_change: bool = False    # rerun an existing run id with other values (e.g. more max_steps);
-                                         # refused without it, so one run never mixes two configs
-    cpu_threads: int | None = bounded(None, ge=1)  # CPU only: torch intra-op threads (1 is fastest for tiny
-                                         # models on a busy machine); null = torch's default
-    trainer: dict = field(default_factory=dict)  # the TRL config's own keys (max_steps, learning_rate, ...)
+    experiment: Name = documented(help="the run folder is <storage_root>/<experiment>/<run_id>")
+    model: str = documented("playpen-tiny", help="registry name (`playpen list models`) or a local Hugging Face "
+                                                 "folder")
+    run_id: Name | None = documented(None, help="default: <method>-<hash of this config>, so a rerun resumes")
+    storage_root: Location | None = documented(None, help="default: $PLAYPEN_STORAGE, else ./runs")
+    seed: int = bounded(42, ge=0, le=MAX_SEED, help="seeds Python, numpy, torch and the data order (numpy takes "
+                                                    "seeds in [0, 2^32))")
+    lora: dict | None = documented(help="peft.LoraConfig keys over the seed default; null: train the full weights",
+                                   factory=dict)
+    quantization: str | None = documented(None, help="null, 4bit or 8bit (bitsandbytes; QLoRA with lora)")
+    dtype: str = documented("auto", help="auto, float32, bfloat16 or float16: the weights as loaded")
+    deepspeed: str | None = documented(None, help="a DeepSpeed config, e.g. deepspeed/zero2.json")
+    register: bool = documented(True, help="write <run>/model_registry.json, so `playpen eval` finds the model")
+    allow_config_change: bool = documented(False, help="rerun an existing run id with other values (e.g. more "
+                                                        "max_steps); refused without it, so one run never mixes "
+                                                        "two configs")
+    cpu_threads: int | None = bounded(None, ge=1, le=4096, help="CPU only: torch intra-op threads (1 is fastest "
+                                                                "for tiny models on a busy machine); null: torch's "
+                                                                "default")
+    trainer: dict = documented(help="the TRL config's own keys (max_steps, learning_rate, ...); those playpen sets "
+                                    "itself (output_dir, seed, deepspeed, ...) are refused here", factory=dict)
 
 
 class Recipe:
@@ -103,6 +110,7 @@ class Session:
     resume: Path | None = None
     state: dict = field(default_factory=dict)
     config_changes: dict = field(default_factory=dict)  # {key: (old, new)} allowed by allow_config_change
+    final_files: dict = field(default_factory=dict)  # {file name: JSON value} the recipe adds to final/
     _bf16: bool | None = None  # autocast_bf16(), decided once
 
     @property

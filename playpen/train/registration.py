@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from playpen.storage import atomic_write_json
+from playpen.storage import atomic_write_json, replace_folder, staging_folder
 from playpen.train.metrics import CURVE_FILE, plot_curve
 from playpen.train.recipe import Session
 from playpen.train.reruns import FINAL_DIR, FINISHED_FILE, REGISTRY_FILE
@@ -20,7 +20,7 @@ def registry_entry(session: Session, final_dir: Path, adapter: bool) -> dict:
     raw = service.registered_entry(session.cfg.model)
     if raw and "{" in str(raw.get("huggingface_id", "")):  # a placeholder such as {playpen_models}
         spec["huggingface_id"] = raw["huggingface_id"]  # stays valid on other machines / containers
-    name = f"{session.cfg.experiment}-{session.run.path.name}"
+    name = session.run.model_name
     model_config = dict(spec.get("model_config") or {})
     if adapter:
         model_config["peft_model"] = str(final_dir.absolute())
@@ -38,20 +38,23 @@ def registry_entry(session: Session, final_dir: Path, adapter: bool) -> dict:
 
 
 def finish(session: Session, trainer) -> None:
-    from playpen.registry import register_model
-
     run = session.run
     final_dir = run.path / FINAL_DIR
-    trainer.save_model(str(final_dir))  # collective under DeepSpeed; writes on rank 0
+    # the libraries write the model's files by name: into a private folder, which then replaces final/ whole
+    staged = staging_folder(final_dir, run.path, create=session.is_main)
+    trainer.save_model(str(staged))  # collective under DeepSpeed; writes on rank 0
     if not session.is_main:
         return
-    session.tokenizer.save_pretrained(str(final_dir))
+    session.tokenizer.save_pretrained(str(staged))
+    for name, content in session.final_files.items():
+        atomic_write_json(staged / name, content)
+    replace_folder(staged, final_dir, run.path)
     adapter = (final_dir / "adapter_config.json").is_file()
     plot_curve(run.metrics, run.path / CURVE_FILE, title=f"{session.recipe.name}: {run.name}")
     name = None
     if session.cfg.register:
         spec = registry_entry(session, final_dir, adapter)
-        register_model(spec, run.path / REGISTRY_FILE)
+        atomic_write_json(run.path / REGISTRY_FILE, [spec])  # (a run's registry holds its own model only)
         name = spec["model_name"]
         print(f"[playpen] registered model {name} in {run.path / REGISTRY_FILE}")
         if session.recipe.next_step:

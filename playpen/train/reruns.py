@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from playpen.config import dump_yaml, to_dict
+from playpen.config import dump_yaml, read_text, to_dict, yaml_value
 from playpen.errors import PlaypenError
-from playpen.storage import RunDir
+from playpen.storage import RunDir, read_json_or_none
 
 if TYPE_CHECKING:
     from playpen.train.recipe import Recipe
@@ -46,13 +46,13 @@ def config_changes(run: RunDir, method: str, cfg) -> dict[str, tuple]:
     the model loads, unless allow_config_change is set; another method is always refused."""
     if not run.config.is_file():
         return {}
-    text = run.config.read_text()
+    text = read_text(run.config, "run config")
     trained_with = re.match(r"# playpen train (\w+)", text)
     if trained_with and trained_with.group(1) != method:
         raise PlaypenError(f"run {run.path} was trained with `playpen train {trained_with.group(1)}`, not {method}; "
                            f"pass run_id=<new id> to start a separate run")
     try:
-        stored = yaml.safe_load(text)
+        stored = yaml_value(text)  # (without aliases: anyone can write into a run folder on shared storage)
     except yaml.YAMLError as e:
         raise PlaypenError(f"{run.config} is not readable YAML ({' '.join(str(e).split())}); restore it, or pass "
                            f"run_id=<new id> to start a separate run") from None
@@ -80,9 +80,8 @@ def finished_run(recipe: Recipe, cfg, run: RunDir) -> dict | None:
     if not (run.path / FINAL_DIR).is_dir():
         return None
     if marker.is_file():
-        try:
-            record = json.loads(marker.read_text())
-        except json.JSONDecodeError:
+        record = read_json_or_none(marker)
+        if not isinstance(record, dict):
             return None  # cut off while written: the run finishes again from its last checkpoint
     elif (run.path / REGISTRY_FILE).is_file():
         record = {"global_step": recipe.find_resume(cfg, run)[1], "model_name": f"{cfg.experiment}-{run.path.name}"}
@@ -94,10 +93,8 @@ def finished_run(recipe: Recipe, cfg, run: RunDir) -> dict | None:
 
 
 def _registered(run: RunDir, name: str | None) -> bool:
-    registry = run.path / REGISTRY_FILE
-    try:
-        entries = json.loads(registry.read_text()) if registry.is_file() else []
-    except json.JSONDecodeError:
+    entries = read_json_or_none(run.path / REGISTRY_FILE) or []
+    if not isinstance(entries, list):
         return False
     return any(isinstance(e, dict) and e.get("model_name") == name for e in entries)
 

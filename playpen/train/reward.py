@@ -1,6 +1,6 @@
 """Reward models: TRL's RewardTrainer (Bradley-Terry loss on chosen vs rejected) on preference pairs.
 
-    playpen train reward --config configs/reward/tiny_sentiment.yaml [key=value ...]
+    playpen train reward --config reward/tiny_sentiment [key=value ...]
 
 The model is the configured base model loaded as a sequence classifier with one output (a new `score` head on
 top of the LM; with LoRA the head is trained in full, `modules_to_save`). Pairs (`playpen.reward.pairs`) come
@@ -16,27 +16,30 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from pathlib import Path
 
-from playpen.config import bounded
+from playpen.config import bounded, documented
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_json
 from playpen.models import modeling
 from playpen.train.recipe import Recipe, Session, TrainConfig
-from playpen.train.reruns import FINAL_DIR
 
 EVAL_FILE = "reward_eval.json"
 
 
 @dataclass
 class Config(TrainConfig):
-    data: str | None = None             # jsonl: {chosen, rejected[, prompt]} rows or {text, label[, prompt]} rows
-    records: str | None = None          # or a playpen-records / clem results folder: episodes of the same instance
-    game: str | None = None             # records: only this game
-    held_out: float = bounded(0.1, ge=0, le=0.9, hint="the share of pairs kept out of training for the accuracy")
-    label_margin: float = bounded(0.0, ge=0)  # labelled texts: prefer a text only over ones lower by more than this
-    pairs_per_text: int = bounded(1, ge=1)  # labelled texts: each text is chosen over up to N lower-labelled ones
-    max_pairs: int | None = bounded(None, ge=2)  # use N pairs (a seeded sample); null = all
+    data: str | None = documented(None, help="jsonl: {chosen, rejected[, prompt]} rows or {text, label[, prompt]} "
+                                             "rows")
+    records: str | None = documented(None, help="or a playpen-records / clem results folder: pairs of episodes of "
+                                                "the same instance")
+    game: str | None = documented(None, help="records: only this game")
+    held_out: float = bounded(0.1, ge=0, le=0.9, hint="the share of pairs kept out of training for the accuracy",
+                              help="pairs kept out of training to measure the accuracy on")
+    label_margin: float = bounded(0.0, ge=0, help="labelled texts: prefer a text only over ones lower by more than "
+                                                  "this")
+    pairs_per_text: int = bounded(1, ge=1, help="labelled texts: each text is chosen over up to N lower-labelled "
+                                                "ones")
+    max_pairs: int | None = bounded(None, ge=2, help="use N pairs (a seeded sample); null: all")
 
 
 def _pairs(cfg: Config, where: str) -> list[dict]:
@@ -120,9 +123,7 @@ class Reward(Recipe):
                           loss=metrics.get("eval_loss"))
         if session.is_main:
             atomic_write_json(run.path / EVAL_FILE, result)
-            final = Path(run.path / FINAL_DIR)
-            final.mkdir(parents=True, exist_ok=True)  # the runner saves the model beside it
-            atomic_write_json(final / FORMAT_FILE, {"format": result["format"], "num_labels": 1})
+            session.final_files[FORMAT_FILE] = {"format": result["format"], "num_labels": 1}  # saved with the model
             if held_out:
                 print(f"[playpen] reward model: held-out accuracy {result['accuracy']:.3f} on {len(held_out)} pairs "
                       f"(mean margin {result['margin']:.3f}; {run.path / EVAL_FILE})", flush=True)

@@ -2,7 +2,7 @@
 completion is compared with the mean reward of the other completions of its prompt), `trainer.beta` for the KL
 to the reference model, as RewardLM and trlX do it with PPO (which TRL 1.16 no longer has).
 
-    playpen train rloo --config configs/grpo/tiny_reward_model.yaml     # the same keys as GRPO with prompts:
+    playpen train rloo --config grpo/tiny_reward_model     # the same keys as GRPO with prompts:
 
 Games stay GRPO's: their multi-turn episodes need GRPOTrainer's rollout_func. RLOO takes a prompts jsonl and a
 reward_model (a classifier trained by `playpen train reward`, another sequence classifier, or a callable scorer).

@@ -19,7 +19,9 @@ from pathlib import Path
 
 from playpen import distributed
 from playpen.models import modeling
-from playpen.storage import atomic_write_json, atomic_write_text
+from playpen.errors import PlaypenError
+from playpen.storage import (atomic_write_json, atomic_write_text, jsonl_lines, read_json_or_none, read_text_lossy,
+                             remove_tree, share_as_umask)
 from playpen.train.checkpoints import find_resume_checkpoint, load_state, remove_incomplete
 from playpen.train.metrics import metrics_callback
 from playpen.train.recipe import Recipe, Session
@@ -54,7 +56,7 @@ class RoundsRecipe(Recipe):
         for k in reversed(_rounds_on_disk(run, self.round_count(cfg))):  # (not range(rounds): it may be huge)
             folder = iter_dir(run, k)
             if (folder / DONE).is_file():
-                return None, json.loads((folder / DONE).read_text())["global_step"]
+                return None, _done_step(folder)
             checkpoint = find_resume_checkpoint(folder)
             if checkpoint is not None:
                 return checkpoint, load_state(checkpoint)["global_step"]
@@ -70,6 +72,44 @@ class RoundsRecipe(Recipe):
         return iterate(self, session)
 
 
+class SFTRoundsRecipe(RoundsRecipe):
+    """Rounds whose rows are token rows with labels (sequences.py), trained by TRL's SFTTrainer as they are."""
+
+    trl_config = "SFTConfig"
+
+    def trainer_defaults(self, cfg) -> dict:
+        return {"max_length": 2048, "packing": False, "max_steps": 20, "learning_rate": 1e-4,
+                "per_device_train_batch_size": 8}
+
+    def forced(self, cfg) -> dict:
+        # the rows carry their labels; a chat-template mask would train something else
+        return {"assistant_only_loss": False, "completion_only_loss": False}
+
+    def train_round(self, session: Session, rows: list[dict], args, resume: Path | None, offset: int, model,
+                    peft_config):
+        return train_rows(session, rows, args, resume, offset, model, peft_config)
+
+
+def rows_dataset(rows: list[dict]):
+    from datasets import Dataset
+
+    return Dataset.from_list([{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows])
+
+
+def train_rows(session: Session, rows: list[dict], args, resume, offset: int, model, peft_config,
+               trainer_class=None, **trainer_options):
+    """TRL's SFTTrainer (or a subclass) on token rows whose labels say what is trained."""
+    from trl import SFTTrainer
+
+    state = load_state(resume) if resume else {"step": 0}
+    trainer = (trainer_class or SFTTrainer)(
+        model=model, args=args, train_dataset=rows_dataset(rows), processing_class=session.tokenizer,
+        peft_config=peft_config, callbacks=session.callbacks(step_offset=offset, resumed_step=state["step"]),
+        **trainer_options)
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    return trainer
+
+
 def iterate(recipe: RoundsRecipe, session: Session):
     """Every round not done yet: collect (or read back) its rows, train, save final/, mark it done."""
     run = session.run
@@ -78,7 +118,7 @@ def iterate(recipe: RoundsRecipe, session: Session):
     for k in range(rounds):
         folder = iter_dir(run, k)
         if (folder / DONE).is_file():  # finished round: continue from its final weights
-            offset = json.loads((folder / DONE).read_text())["global_step"]
+            offset = _done_step(folder)
             continue
         if k > 0:
             model, peft_config = load_round(session, iter_dir(run, k - 1) / "final", model)
@@ -90,12 +130,15 @@ def iterate(recipe: RoundsRecipe, session: Session):
         if rows:
             trainer = recipe.train_round(session, rows, args, resume, offset, model, peft_config)
             model, peft_config = trainer.model, None
+            _clear_final(session, folder)
             trainer.save_model(str(folder / "final"))
             offset += trainer.state.global_step
         else:
             session.log(f"[playpen] round {k}: no rows to train on; its weights are the round's start")
+            _clear_final(session, folder)
             _save_weights(session, model, folder / "final")
         if session.is_main:
+            share_as_umask(folder / "final")  # (safetensors writes 0600)
             atomic_write_json(folder / DONE, {"global_step": offset, "rows": len(rows)})
         session.barrier()
     session.state["global_step"] = offset
@@ -114,7 +157,7 @@ def _round_rows(recipe: RoundsRecipe, session: Session, k: int, model, offset: i
     statistics in metrics.jsonl at the round's first step)."""
     path = rows_file(session.run, recipe.rows_folder, k)
     if path.is_file():
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [json.loads(line) for line in jsonl_lines(read_text_lossy(path, "rows file")) if line.strip()]
     was_training = model.training
     model.eval()
     rows, stats = recipe.collect(session, k, model, offset)
@@ -174,6 +217,21 @@ def load_round(session: Session, final: Path, model):
         return PeftModel.from_pretrained(model, str(final), is_trainable=True), None
     dtype = next(model.parameters()).dtype
     return modeling.load_model(str(final), None, dtype), session.peft_config
+
+
+def _done_step(folder: Path) -> int:
+    """The global step a finished round ended at (its round_done.json)."""
+    done = read_json_or_none(folder / DONE)
+    if not isinstance(done, dict) or not isinstance(done.get("global_step"), int):
+        raise PlaypenError(f"{folder / DONE} is not a round's record; delete it to play the round again")
+    return done["global_step"]
+
+
+def _clear_final(session: Session, folder: Path) -> None:
+    """A round's final/ is written by the library by name: whatever is there (links planted inside) goes first."""
+    if session.is_main:
+        remove_tree(folder / "final", folder)
+    session.barrier()
 
 
 def _save_weights(session: Session, model, folder: Path) -> None:

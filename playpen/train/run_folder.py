@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from contextlib import contextmanager
 
-from playpen.config import dump_yaml, to_dict
+from playpen.config import dump_yaml, read_text, to_dict
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_text, exclusive_folder
 from playpen.train.checkpoints import remove_incomplete, truncate_jsonl
@@ -57,7 +57,7 @@ def prepare_run_dir(session: Session) -> None:
         text = f"# playpen train {session.recipe.name} (resolved config)\n{dump_yaml(resolved)}"
         if session.config_changes:
             kept = run.path / f"config.before-step{session.state['global_step']}.yaml"
-            atomic_write_text(kept, run.config.read_text())
+            atomic_write_text(kept, read_text(run.config, "run config"))
             print(f"[playpen] allow_config_change: continuing {run.path} at step {session.state['global_step']} with "
                   f"new {', '.join(session.config_changes)} (the old config is kept as {kept.name})")
         atomic_write_text(run.config, text)

@@ -26,17 +26,22 @@ from __future__ import annotations
 import importlib
 
 from playpen import distributed
-from playpen.config import load_config
+from playpen.config import find_config, load_config
 from playpen.errors import PlaypenError
 from playpen.models import modeling, service
 from playpen.storage import RunDir, checkpoints_in, storage_full
 from playpen.train import METHODS, trl_args
-from playpen.train.checkpoints import CheckpointAsFinal, load_state
+from playpen.train.checkpoints import CheckpointAsFinal, check_fits, load_state
 from playpen.train.process import close_progress_bars, quiet_libraries, set_threads, teardown_distributed
 from playpen.train.recipe import Recipe, Session
 from playpen.train.registration import finish
 from playpen.train.reruns import already_complete, config_changes, finished_run
 from playpen.train.run_folder import hold_run_dir, prepare_run_dir, run_id_of
+
+
+def keys_help(method: str) -> str:
+    """Where every config key of `method` is described, for a message refusing an unknown one."""
+    return f"every key: `playpen train {method} --help`"
 
 
 def load_recipe(method: str) -> Recipe:
@@ -65,7 +70,8 @@ def check_config(recipe: Recipe, cfg, where: str) -> str | None:
 @service.once  # the learner and the teacher are resolved once per run (checked, loaded, registered)
 def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
     recipe = load_recipe(method)
-    cfg = load_config(recipe.Config, config_path, overrides)
+    config_path = find_config(config_path) if config_path else None  # a file, or a shipped config's name
+    cfg = load_config(recipe.Config, config_path, overrides, keys_help=keys_help(method))
     where = str(config_path) if config_path else "overrides"
     # ---- check: nothing is written before all of this passed
     deepspeed = check_config(recipe, cfg, where)
@@ -82,6 +88,8 @@ def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
             print(already_complete(recipe, cfg, run_dir, finished), flush=True)
         return run_dir
     resume, reached = recipe.find_resume(cfg, run_dir)
+    if resume is not None:  # (one copied from another run would become this run's model)
+        check_fits(resume, recipe.planned_steps(cfg), cfg.lora, spec)
     quiet_libraries()
     if resume is not None and recipe.finishes_from_checkpoint and 0 < recipe.planned_steps(cfg) <= reached:
         _finish_from_checkpoint(Session(recipe, cfg, where, run_dir, spec, deepspeed, resume=resume,

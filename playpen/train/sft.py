@@ -1,6 +1,6 @@
 """SFT: supervised fine-tuning on game transcripts, full weights or LoRA/QLoRA, loss on assistant turns only.
 
-    playpen train sft --config configs/sft/tiny_lora.yaml [key=value ...]
+    playpen train sft --config sft/tiny_lora [key=value ...]
 
 Data: a jsonl file made by `playpen data RESULTS_DIR -o sft.jsonl` (rows {"messages": [...], "meta": {...}}).
 The chat template marks assistant tokens ({% generation %}; TRL swaps in a marked copy of known templates), so
@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from playpen.config import bounded
+from playpen.config import bounded, documented
 from playpen import data_files
 from playpen.train.recipe import Recipe, Session, TrainConfig
 
 
 @dataclass
 class Config(TrainConfig):
-    data: str = ""                      # jsonl with {"messages": [...]} rows (from `playpen data`)
-    eval_data: str | None = None        # optional jsonl in the same format, evaluated every trainer.eval_steps
-    max_rows: int | None = bounded(None, ge=1)  # use only the first N rows
+    data: str = documented("", help='jsonl with {"messages": [...]} rows (from `playpen data`)')
+    eval_data: str | None = documented(None, help="optional jsonl in the same format, evaluated every "
+                                                  "trainer.eval_steps")
+    max_rows: int | None = bounded(None, ge=1, help="use only the first N rows")
 
 
 def _row_problem(row: dict) -> str | None:

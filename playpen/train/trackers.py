@@ -64,9 +64,9 @@ def config_callback(names: list[str], config_file: Path):
         def on_train_begin(self, args, state, control, **kwargs):
             if not state.is_world_process_zero or not config_file.is_file():
                 return
-            import yaml
+            from playpen.config import load_yaml
 
-            config = yaml.safe_load(config_file.read_text()) or {}
+            config = load_yaml(config_file, "run config")
             if "wandb" in names:
                 import wandb
 

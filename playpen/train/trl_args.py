@@ -41,6 +41,11 @@ TRAINER_BOUNDS = {
 }
 
 
+def trainer_keys_help(cls) -> str:
+    """Where `trainer:`'s keys are described: TRL's own config class (its ~125 fields are not listed in a message)."""
+    return f"trainer: takes the fields of trl.{cls.__name__}"
+
+
 def _typed_section(cls, section: dict, where: str) -> dict:
     """`trainer:` values as the TRL field declares them: numbers and booleans are checked like playpen's own keys
     (YAML's "1e-4" becomes 1e-4, "abc" for learning_rate is refused, no inf/nan) and against TRAINER_BOUNDS;
@@ -92,9 +97,10 @@ def check_trainer(trl_config: str, section: dict, lora: dict | None, where: str,
         if key in forced:
             raise PlaypenError(f"{where}: trainer.{key} follows from playpen's "
                                f"{FORCED_FROM.get(key, 'own keys')}; set that instead")
-    check_keys(section, fields - set(MANAGED) - set(forced), f"{where}: trainer")
+    check_keys(section, fields - set(MANAGED) - set(forced), f"{where}: trainer", trainer_keys_help(cls))
     if lora is not None:
-        check_keys(lora, {f.name for f in dataclasses.fields(LoraConfig) if f.init}, f"{where}: lora")
+        check_keys(lora, {f.name for f in dataclasses.fields(LoraConfig) if f.init}, f"{where}: lora",
+                   "lora: takes the fields of peft.LoraConfig")
     with warnings.catch_warnings():  # (deprecation notes come again, once, when the real arguments are built)
         warnings.simplefilter("ignore")
         trl_arguments(_values_only(cls), section, where, output_dir=Path("checkpoints"),  # (never created)
@@ -107,7 +113,7 @@ def trl_arguments(cls, section: dict, where: str, *, output_dir: Path, seed: int
     import torch
 
     fields = {f.name for f in dataclasses.fields(cls) if f.init}
-    check_keys(section, fields - set(MANAGED) - set(forced or {}), f"{where}: trainer")
+    check_keys(section, fields - set(MANAGED) - set(forced or {}), f"{where}: trainer", trainer_keys_help(cls))
     cuda = torch.cuda.is_available()
     section = _typed_section(cls, section, where)
     for old, new in ALIASES.items():  # transformers 5 renamed these; the old name would be silently overridden

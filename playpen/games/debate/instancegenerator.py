@@ -66,6 +66,6 @@ class DebateInstanceGenerator(GameInstanceGenerator):
 if __name__ == "__main__":
     DebateInstanceGenerator().generate("instances.json", seed=SEED, split="validation")
     DebateInstanceGenerator().generate("instances_train.json", seed=SEED, split="train")
-    # the validation items with a best-of-4 Debater A chosen by the judge: `--instance_set instances_best_of_n`
+    # the validation items with a best-of-4 Debater A chosen by the judge: `--instance-set instances_best_of_n`
     DebateInstanceGenerator().generate("instances_best_of_n.json", seed=SEED, split="validation",
                                        best_of_n=BEST_OF_N)

@@ -1,0 +1,60 @@
+"""One process per folder: `exclusive_folder`, a flock on a lock file that playpen opens as it opens every file it
+appends to (no link followed, one link only) and never truncates."""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import socket
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from playpen.errors import PlaypenError
+from playpen.storage.files import _own_regular_file
+from playpen.storage.folders import make_folder
+from playpen.storage.names import LINK_ADVICE
+
+LOCK_FILE = ".playpen.lock"
+LOCK_RECORD_BYTES = 200  # "pid N on HOST", padded: every holder writes the whole record, nothing is truncated
+LOCK_RECORD = re.compile(rb"\s*(pid \d+ on \S+)?\s*")
+
+
+@contextmanager
+def exclusive_folder(folder: str | Path, in_use: str, advice: str, lock_file: str = LOCK_FILE) -> Iterator[Path]:
+    """Hold `folder` (created if missing) for this process while the block runs; if another process holds it,
+    raise one line: "<in_use> (pid N on HOST); <advice>".
+
+    flock on `<folder>/.playpen.lock`, never waiting: the kernel drops the lock when the holder exits, crashes
+    or is killed, so there is no stale lock to clean up, and Linux maps flock onto POSIX locks on NFS, so two
+    nodes see each other's lock on shared storage. The file stays (deleting a lock file lets a third process
+    lock a fresh file while a second still holds the old one); it only says who held it last. It is opened as
+    `open_append` opens files (no link followed, one link only) and must hold nothing but such a record, so a
+    file playpen did not write is never overwritten. `lock_file` holds one part of a folder that several
+    processes share (a tournament's matches).
+    """
+    folder = make_folder(folder)
+    path = folder / lock_file
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as e:  # read-only mount, another user's folder, a file in the way
+        if e.errno == errno.ELOOP:
+            raise PlaypenError(f"lock file {path} is a symbolic link (to {os.readlink(path)}); {LINK_ADVICE}") \
+                from None
+        raise PlaypenError(f"folder {folder} cannot be written ({e.strerror}); pick a writable folder") from None
+    try:
+        _own_regular_file(fd, path, "lock file")
+        held = os.pread(fd, 4096, 0)
+        if len(held) > LOCK_RECORD_BYTES or not LOCK_RECORD.fullmatch(held):
+            raise PlaypenError(f"lock file {path} holds something other than playpen's lock record; remove it")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = held.decode(errors="replace").strip() or "pid unknown"
+            raise PlaypenError(f"{in_use} ({holder}); {advice}") from None
+        record = f"pid {os.getpid()} on {socket.gethostname().split('.')[0]}"[:LOCK_RECORD_BYTES - 1]
+        os.pwrite(fd, record.ljust(LOCK_RECORD_BYTES - 1).encode() + b"\n", 0)
+        yield folder
+    finally:
+        os.close(fd)  # releases the lock
