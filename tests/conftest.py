@@ -136,3 +136,34 @@ def numberguess_messages(record: Path) -> list[dict]:
             elif e["to"] == "GM" and e["from"] != "GM":
                 messages.append({"role": "assistant", "content": e["action"]["content"]})
     return messages
+
+
+def play_scripted(game: str, experiment: dict, instance: dict, responses: list[str], models=None):
+    """Feeds scripted replies through a game master (every seat a stand-in model unless `models`) in schedule
+    order, recorded as clemcore's runner does; returns the master, (role, context) of each reply, and the episode
+    scores `clem score` would write."""
+    import json
+
+    from clemcore.backends import CustomResponseModel
+    from clemcore.clemgame import GameInteractionsRecorder
+
+    from playpen import games
+
+    benchmark = games.load_benchmark(game)
+    master = benchmark.create_game_master(experiment, models or [CustomResponseModel()])
+    master.setup(**instance)
+    recorder = GameInteractionsRecorder(game, experiment["name"], instance["game_id"], "test", {})
+    for player in master.get_players():
+        recorder.log_player(player.name, player.game_role, player.model.name)
+    master.register(recorder)
+    master.before_game()
+    seen, done = [], False
+    for response in responses:
+        assert not done, "the game ended before all scripted replies were used"
+        player = master.current_player
+        seen.append((player.game_role, master.get_context_for(player)["content"]))
+        done, _ = master.step(response)
+    assert done, "the game did not end after the scripted replies"
+    scorer = benchmark.create_game_scorer(experiment, instance)
+    scorer.compute_scores(json.loads(json.dumps(recorder.interactions)))
+    return master, seen, scorer.scores["episode scores"]

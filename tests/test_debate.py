@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 from clemcore.backends import CustomResponseModel, ModelSpec
-from clemcore.clemgame import GameInteractionsRecorder
 
 from playpen import games
 from playpen.cli import main as playpen_main
 from playpen.games.debate import protocol as pr
-from tests.conftest import engine, fails
+from tests.conftest import engine, fails, play_scripted
 
 PASSAGE = "Mara Okafor works at the bakery. Tomas Reyes works at the library. Mara keeps a parrot."
 ITEM = {"game_id": 0, "passage": PASSAGE, "question": "Where does Mara Okafor work?",
@@ -23,26 +22,7 @@ ITEM = {"game_id": 0, "passage": PASSAGE, "question": "Where does Mara Okafor wo
 
 
 def play(game: str, experiment: dict, instance: dict, responses: list[str], models=None):
-    """Feeds scripted replies through the game master (every seat a stand-in model); returns the master, the
-    context each reply answered, and the scores `clem score` would write."""
-    benchmark = games.load_benchmark(game)
-    master = benchmark.create_game_master(experiment, models or [CustomResponseModel()])
-    master.setup(**instance)
-    recorder = GameInteractionsRecorder(game, experiment["name"], instance["game_id"], "test", {})
-    for player in master.get_players():
-        recorder.log_player(player.name, player.game_role, player.model.name)
-    master.register(recorder)
-    master.before_game()
-    seen, done = [], False
-    for response in responses:
-        assert not done, "the game ended before all scripted replies were used"
-        player = master.current_player
-        seen.append((player.game_role, master.get_context_for(player)["content"]))
-        done, _ = master.step(response)
-    assert done, "the game did not end after the scripted replies"
-    scorer = benchmark.create_game_scorer(experiment, instance)
-    scorer.compute_scores(json.loads(json.dumps(recorder.interactions)))
-    return master, seen, scorer.scores["episode scores"]
+    return play_scripted(game, experiment, instance, responses, models)
 
 
 # ---------------------------------------------------------------- protocol

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from clemcore.backends import CustomResponseModel
-from clemcore.clemgame import GameInteractionsRecorder
 
 from playpen import games
+from tests.conftest import play_scripted
 
 PASSAGE = "Mara Okafor works at the bakery. Tomas Reyes works at the library. Mara keeps a parrot."
 ITEM = {"game_id": 0, "passage": PASSAGE, "question": "Where does Mara Okafor work?",
@@ -19,26 +19,8 @@ ITEM = {"game_id": 0, "passage": PASSAGE, "question": "Where does Mara Okafor wo
 
 
 def play(experiment: dict, responses: list[str]):
-    """Scripted replies through the game master in schedule order; the master, (role, context) of each reply, the
-    episode scores."""
-    benchmark = games.load_benchmark("double_consultancy")
-    master = benchmark.create_game_master(experiment, [CustomResponseModel()] * 3)
-    master.setup(**ITEM)
-    recorder = GameInteractionsRecorder("double_consultancy", experiment["name"], 0, "test", {})
-    for player in master.get_players():
-        recorder.log_player(player.name, player.game_role, player.model.name)
-    master.register(recorder)
-    master.before_game()
-    seen, done = [], False
-    for response in responses:
-        assert not done, "the game ended before all scripted replies were used"
-        player = master.current_player
-        seen.append((player.game_role, master.get_context_for(player)["content"]))
-        done, _ = master.step(response)
-    assert done, "the game did not end after the scripted replies"
-    scorer = benchmark.create_game_scorer(experiment, ITEM)
-    scorer.compute_scores(json.loads(json.dumps(recorder.interactions)))
-    return master, seen, scorer.scores["episode scores"]
+    """Scripted replies through the game master in schedule order, every seat a stand-in."""
+    return play_scripted("double_consultancy", experiment, ITEM, responses, [CustomResponseModel()] * 3)
 
 
 REPLIES = ["A opens: <quote>Mara Okafor works at the bakery</quote>", "Question: Why the bakery?",
