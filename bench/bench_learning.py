@@ -1,5 +1,5 @@
 """Does learning in interaction make a real model better? SFT → GRPO against SFT given the same extra compute, on
-held-out play → bench/results/learning.md + learning.png (issue 21; design: shared/notes/learning-experiment-design.md).
+held-out play → bench/results/learning.md + learning.png (design: the referencegame README and bench/results/learning-search-arithmetic.md).
 
     python bench/bench_learning.py                 # hours on 2 cores; rerun the same command to resume
     python bench/bench_learning.py --quick         # every stage for a step or two: the pipeline in minutes

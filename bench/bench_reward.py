@@ -16,7 +16,7 @@ Each step is the documented command, run as its own process (reward/tiny_sentime
 5. every RL checkpoint (`trainer.save_steps`, --checkpoint-every): metered on held-in train prompts by VADER, the
    independent metric that picks the checkpoint, and on the held-out prompts by VADER (gold) and by the reward
    model (proxy): the proxy-vs-gold curve per checkpoint (Gao et al., arXiv 2210.10760) → <results>-checkpoints.png.
-Target (issue 14): the mean score moves by more than 5 standard errors while KL is reported and bounded.
+Target: the mean score moves by more than 5 standard errors while KL is reported and bounded.
 """
 from __future__ import annotations
 

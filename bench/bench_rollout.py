@@ -3,7 +3,7 @@
     python bench/bench_rollout.py [--episodes 64] [--max-new-tokens 24] [--batch-sizes 16 64] [--repeats 3]
                                   [--threads 1 2] [--model playpen-tiny] [--game wordle]
     python bench/bench_rollout.py --model runs/.../checkpoints/checkpoint-N   # a real model's checkpoint
-    python bench/bench_rollout.py --model smol-135m --sft-steps 90 --game wordle   # issue 23: >= 3 rounds
+    python bench/bench_rollout.py --model smol-135m --sft-steps 90 --game wordle   # a real model playing >= 3 rounds
                                                               # → bench/results/rollout-<model>.md
 
 Same model object (playpen-tiny loaded once through clemcore's huggingface_local backend, exactly as `clem run`
@@ -32,7 +32,7 @@ medians reported with the range, plus the token positions each runner forwarded 
 
 With greedy decoding all runners play the same episodes; the table reports mean turns, aborted share and how
 many episodes ended identically (turns, outcome) to the sequential runner, so that a fast runner that plays
-different (shorter) games would show. Targets (issue 23, real model, b=16): ≥ 6× sequential, ≥ 3× clemcore batchwise, ≥ 0.8 of raw.
+different (shorter) games would show. Targets (real model, b=16): ≥ 6× sequential, ≥ 3× clemcore batchwise, ≥ 0.8 of raw.
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def parse_args():
                    help="registry name, run folder or checkpoint (what `playpen eval` takes)")
     p.add_argument("--sft-steps", type=int, default=0, help="first train --model with LoRA SFT on N steps of the "
                    "game's expert demonstrations (150 episodes; rerunning reuses the finished run) and bench that: a "
-                   "real model that plays several rounds (issue 23's case: wordle, 90 steps)")
+                   "real model that plays several rounds (wordle, 90 steps)")
     p.add_argument("--out", type=Path, default=None, help="default bench/results/rollout.md for playpen-tiny, "
                    "else rollout-<model>.md")
     args = p.parse_args()
@@ -417,7 +417,7 @@ def section(threads, plan, samples, n, load_before, load_after) -> list[str]:
             verdicts.append(f"b={batch} in float32 against clemcore as loaded: {wall_of('sequential') / wall:.1f}× "
                             f"sequential, {wall_of('batchwise', batch) / wall:.1f}× batchwise")
     return lines + ["", "Ratios are ratios of median wall-clock times; float32 rows against clemcore in float32 "
-                    "(like for like). Targets (≥ 6× sequential, ≥ 3× clemcore batchwise at b=16, issue 23), engine: "
+                    "(like for like). Targets (≥ 6× sequential, ≥ 3× clemcore batchwise at b=16), engine: "
                     + "; ".join(verdicts) + ".", ""]
 
 

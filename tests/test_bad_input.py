@@ -77,7 +77,7 @@ def check(capsys, home: Path, argv: list[str], message: str, files: dict[str, st
 # ---------------------------------------------------------------- training configs: every numeric key
 
 TRAIN_VALUES = {  # name: (argv, what the line says)
-    # issue 16/17's own cases
+    # the cases of the first bad-input review
     "max_new_tokens 0": (GRPO + ["max_new_tokens=0"], "overrides: max_new_tokens: must be at least 1, got 0"),
     "temperature inf": (GRPO + ["temperature=inf"], "temperature: must be a finite number, got 'inf'"),
     "temperature nan": (GRPO + ["temperature=nan"], "temperature: must be a finite number, got 'nan'"),

@@ -1,4 +1,4 @@
-"""debate and consultancy (issue 15): the protocol (speech order, rounds, scratchpad, quotes verified verbatim,
+"""debate and consultancy: the protocol (speech order, rounds, scratchpad, quotes verified verbatim,
 verdicts), the programmatic judge and expert advocates, playpen-tiny as debater and as judge, judge-preference
 pairs from branched rounds, one iterative-DPO round, tournaments, re-judging, winning transcripts for SFT, and
 bad inputs failing in one line."""

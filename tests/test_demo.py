@@ -1,6 +1,6 @@
 """`make demo`'s chain on a shortened schedule: submit the demo config through submitit's local executor, wait,
 then `python -m playpen.demo` evaluates the untrained and the trained model with `playpen eval` and plots them.
-The full-length demo (120 steps) is measured in the note on issue 4, not here."""
+The full-length demo (120 steps) is measured in bench/results/demo.md, not here."""
 from __future__ import annotations
 
 import json

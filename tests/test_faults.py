@@ -1,4 +1,4 @@
-"""Issue 24, section 3: faults that used to leave wrong results with exit 0.
+"""Faults that used to leave wrong results with exit 0.
 
 A job killed during the final save, NaN weights in a checkpoint or a NaN loss, a huge `iterations`, identical
 preference pairs, a metrics.jsonl cut off mid-line. Runs are playpen-tiny for 2 steps (tests/test_integrity.py's)."""

@@ -1,4 +1,4 @@
-"""Data integrity (issue 17): a rerun never trains past a finished run nor mixes two configs in one run, two
+"""Data integrity: a rerun never trains past a finished run nor mixes two configs in one run, two
 processes never write one run or results folder at once, `playpen data` never replaces a dataset with an empty
 one, a training or an eval whose partner fails stops in one line, and a folder holding no model is not evaluated.
 

@@ -1,4 +1,4 @@
-"""One command line (issue 22): the model builders and the container checks are `playpen` subcommands; their
+"""One command line: the model builders and the container checks are `playpen` subcommands; their
 `python -m` forms (the Makefile's, requirements/lock.sh's) are thin aliases that parse and fail the same way."""
 from __future__ import annotations
 

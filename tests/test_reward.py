@@ -1,6 +1,6 @@
 """Reward models on playpen-tiny, for real and a few steps each: `playpen train reward` from labelled texts and
 from branched game records, GRPO against the learned reward (prompts and a game, KL logged), `playpen meter` of
-two models; every bad input of issue 14 is one line before anything is written."""
+two models; every bad input is one line before anything is written."""
 from __future__ import annotations
 
 import csv

@@ -1,4 +1,4 @@
-"""Issue 24, sections 1 and 2: no value reaches a job script or a path unchecked.
+"""No value reaches a job script or a path unchecked.
 
 - the sbatch script of a training job, line by line, against a recorded file (tests/data/golden/);
 - hostile values (a newline and #SBATCH, $(...), `...`, ;, quotes, '..', absolute paths) through every field of

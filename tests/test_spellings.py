@@ -1,4 +1,4 @@
-"""One spelling of the generation length (issue 22): `max_new_tokens` in files, `-L/--max-new-tokens` on command
+"""One spelling of the generation length: `max_new_tokens` in files, `-L/--max-new-tokens` on command
 lines. The old `max_tokens` / `--max_tokens` still work and print one deprecation note per process; the new
 spelling prints nothing. Nothing here loads a model."""
 from __future__ import annotations
