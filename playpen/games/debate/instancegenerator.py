@@ -33,9 +33,14 @@ ITEM_KEYS = ("passage", "question", "answers", "correct", "subject", "kind")
 
 
 class DebateInstanceGenerator(GameInstanceGenerator):
+    """Also double consultancy's (its own folder, experiments and prompts over the same reading items)."""
+
+    game_dir = GAME_DIR
+    experiments = EXPERIMENTS
+    render_prompts = staticmethod(render_prompts)
 
     def __init__(self):
-        super().__init__(str(GAME_DIR))
+        super().__init__(str(self.game_dir))
 
     def on_generate(self, seed: int, split: str = "validation", programmatic_partners: bool | None = None,
                     best_of_n: dict | None = None):
@@ -45,9 +50,9 @@ class DebateInstanceGenerator(GameInstanceGenerator):
         (best_of_n.py), e.g. {"n": 4, "chooser": "judge"}: Debater A samples 4 speeches per turn."""
         pinned = split == "train" if programmatic_partners is None else programmatic_partners
         per_experiment = VALIDATION_PER_EXPERIMENT if split == "validation" else TRAIN_PER_EXPERIMENT
-        groups = reading_set(seed, split, per_experiment, len(EXPERIMENTS))
+        groups = reading_set(seed, split, per_experiment, len(self.experiments))
         game_id = 0 if split == "validation" else TRAIN_ID_OFFSET
-        for (name, settings), items in zip(EXPERIMENTS.items(), groups):
+        for (name, settings), items in zip(self.experiments.items(), groups):
             experiment = self.add_experiment(name)
             experiment.update(settings, max_words=100, main_score=MAIN_SCORE[split])
             experiment.update(judge=pr.PROGRAMMATIC if pinned else None, opponent=pr.PROGRAMMATIC if pinned else None)
@@ -59,7 +64,7 @@ class DebateInstanceGenerator(GameInstanceGenerator):
             for item in items:
                 instance = self.add_game_instance(experiment, game_id)
                 instance.update({k: item[k] for k in ITEM_KEYS})
-                instance.update(render_prompts(protocol, instance))
+                instance.update(self.render_prompts(protocol, instance))
                 game_id += 1
 
 
