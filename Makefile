@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup quality test test-fast demo bench lock image devcluster devcluster-stop tiny clean
+.PHONY: setup quality test test-fast demo bench study lock image devcluster devcluster-stop tiny clean
 
 # The venv installs requirements/cpu.txt: the exact pins of requirements/lock.txt minus CUDA-only wheels.
 # torch goes first (the local CPU wheel) so DeepSpeed's source build finds it; DS_BUILD_OPS=0 defers op builds.
@@ -40,8 +40,15 @@ demo: setup  ## GRPO+LoRA self-play on playpen-tiny through the same submit path
 	$(PY) -m playpen.submit grpo --config grpo/demo --executor local --wait
 	$(PY) -m playpen.demo --config grpo/demo
 
-bench: setup  ## benchmarks; results are written to bench/results/*.md
+bench: setup  ## the speed benchmarks (minutes each; bench_submit starts the dev cluster) → bench/results/*.md
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# The learning studies train models for minutes (reward) to hours (learning, interaction, debate) and are resumable:
+# rerun the same command. Each one's docstring has its design and flags (--quick / --pilot: every stage, small).
+STUDIES := $(patsubst bench/studies/bench_%.py,%,$(wildcard bench/studies/bench_*.py))
+study: setup  ## one learning study: make study NAME=learning|interaction|debate|reward [ARGS="--pilot"] → bench/results/
+	@test -n "$(NAME)" -a -f "bench/studies/bench_$(NAME).py" || { echo "make study NAME=<$(STUDIES)> [ARGS=...]"; exit 2; }
+	$(PY) bench/studies/bench_$(NAME).py $(ARGS)
 
 lock: $(VENV)/.installed  ## re-resolve requirements/lock.txt from pyproject.toml, derive cpu.txt and the defs
 	bash requirements/lock.sh

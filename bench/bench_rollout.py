@@ -82,15 +82,15 @@ def parse_args():
 def sft_checkpoint(model: str, game: str, steps: int) -> Path:
     """`model` after `steps` LoRA SFT steps (batch 4 × 2) on `game`'s expert demonstrations, under runs/bench-rollout
     (the run id hashes the config: a rerun finds the finished run)."""
-    from bench_learning import jsonl  # (a sibling script: Python puts the script's own folder first)
-
     from playpen.games import demonstrations
     from playpen.train import train
 
     storage = REPO / "runs" / "bench-rollout"
     data = storage / f"sft-{game}-150.jsonl"
-    if not data.is_file():
-        jsonl(data, demonstrations(episodes_per_game=150, seed=13, games=(game,)))
+    if not data.is_file():  # (the rows bench/studies/bench_learning.py's jsonl writes: the run id hashes this name)
+        data.parent.mkdir(parents=True, exist_ok=True)
+        data.write_text("".join(json.dumps({"messages": m, "meta": {"source": "expert demonstrations"}}) + "\n"
+                                for m in demonstrations(episodes_per_game=150, seed=13, games=(game,))))
     return train("sft", None, [f"storage_root={storage}", f"experiment=rollout-{game}-sft", f"model={model}",
                                f"data={data}", f"trainer.max_steps={steps}", "trainer.per_device_train_batch_size=4",
                                "trainer.gradient_accumulation_steps=2", "trainer.learning_rate=2e-4",

@@ -5,7 +5,7 @@ one seeded shuffle of all 512 3x3 grids. Experiments are difficulty levels by ho
 to the target: random grids (easy), 2 cells changed (medium), 1 cell changed (hard). Within an experiment the
 target's position is balanced over first/second/third for each player, so no position is a shortcut to reward.
 
-Two more files for learning experiments (bench/bench_learning.py):
+Two more files for learning experiments (bench/studies/bench_learning.py):
 - in/instances_heldout.json: 51 validation-pool targets per experiment (153 instances, 17 per target position
   and experiment): one standard error is ~4 points where the 60 of instances.json give ~6;
 - in/instances_train_variants.json: 32 train targets per experiment, each grid triple three times with the

