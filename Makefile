@@ -26,9 +26,10 @@ setup: $(VENV)/.installed  ## venv + pinned install + the bundled models: plaype
 tiny: $(VENV)/.installed
 	$(PY) -m playpen.models.tiny --force
 
-quality: $(VENV)/.installed  ## lint (ruff: pyflakes, pycodestyle) and the import layers (import-linter); config in pyproject.toml
+quality: $(VENV)/.installed  ## lint (ruff), the import layers (import-linter), types of the ground floors (mypy); config in pyproject.toml
 	$(VENV)/bin/ruff check playpen tests bench
 	$(VENV)/bin/lint-imports  # the layers contract in pyproject.toml ([tool.importlinter])
+	$(VENV)/bin/mypy  # the files in pyproject.toml's [tool.mypy]; cache in .mypy_cache/
 
 test: setup quality  ## lint, then the whole suite, SLURM tests included (they start the dev cluster themselves)
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -63,4 +64,4 @@ devcluster-stop:
 	bash slurm/devcluster.sh stop
 
 clean:
-	rm -rf runs playpen-eval .pytest_cache
+	rm -rf runs playpen-eval .pytest_cache .mypy_cache

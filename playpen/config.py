@@ -22,7 +22,7 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Sequence, TypeVar
 
 import yaml
 
@@ -31,7 +31,10 @@ from playpen.errors import PlaypenError
 # load_yaml are imported from here too, as they always were
 from playpen.reading import load_yaml, read_text, yaml_value  # noqa: F401
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance  # (typeshed's: what dataclasses.fields accepts)
+
+T = TypeVar("T", bound="DataclassInstance")  # a config dataclass
 BOUNDS = "playpen.bounds"  # dataclass field metadata key of a field's Bounds
 HELP = "help"  # dataclass field metadata key of a key's help text (the key TRL's and open-r1's fields use)
 
@@ -55,18 +58,20 @@ class Bounds:
             raise PlaypenError(f"{where}: must be a finite number, got {value}")
         hint = f" ({self.hint})" if self.hint else ""
         if (self.ge is not None and value < self.ge) or (self.gt is not None and value <= self.gt):
-            low = f"at least {_number(self.ge)}" if self.ge is not None else f"greater than {_number(self.gt)}"
-            raise PlaypenError(f"{where}: must be {low}, got {value}{hint}")
+            raise PlaypenError(f"{where}: must be {self._low()}, got {value}{hint}")
         if self.le is not None and value > self.le:
             raise PlaypenError(f"{where}: must be at most {_number(self.le)}, got {value}{hint}")
 
+    def _low(self) -> str | None:
+        """The lower bound in words ("at least 1", "greater than 0"), None without one."""
+        if self.ge is not None:
+            return f"at least {_number(self.ge)}"
+        return f"greater than {_number(self.gt)}" if self.gt is not None else None
+
     def allowed(self) -> str:
         """The range in words (`--help` shows it): "at least 1", "at least 0 and at most 4294967295"."""
-        low = f"at least {_number(self.ge)}" if self.ge is not None else f"greater than {_number(self.gt)}" \
-            if self.gt is not None else None
-        if low and self.le is not None:
-            return f"{low} and at most {_number(self.le)}"
-        return low or f"at most {_number(self.le)}"
+        high = f"at most {_number(self.le)}" if self.le is not None else None
+        return " and ".join(part for part in (self._low(), high) if part)
 
     def field(self, default: Any = dataclasses.MISSING, help: str = "") -> Any:
         """A dataclass field with these bounds, enforced by `build`, and its help text."""
@@ -174,7 +179,7 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
                 if isinstance(value, dict) and dataclasses.is_dataclass(option):
                     raise  # a mapping meant for that section: its own error names the key that is wrong
         raise PlaypenError(f"{where}: expected {' or '.join(_type_name(o) for o in options)}, got {value!r}")
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # (an annotation: a class, never an instance)
         if not isinstance(value, dict):
             raise PlaypenError(f"{where}: expected a mapping of {tp.__name__} keys, got {value!r}")
         return build(tp, value, where)
@@ -272,7 +277,7 @@ def build(cls: type[T], data: dict, where: str, keys_help: str = "") -> T:
     return cls(**kwargs)
 
 
-def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] = (), *, keys_help: str = "",
+def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = (), *, keys_help: str = "",
                 **defaults) -> T:
     """defaults < YAML file < key=value overrides; `path` is a file or a shipped config's name (find_config);
     `keys_help` as in `build`."""
@@ -288,7 +293,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
 
 
 def to_dict(obj: Any) -> Any:
-    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) and not isinstance(obj, type) else obj
 
 
 class _PlainDumper(yaml.SafeDumper):

@@ -44,8 +44,10 @@ def key_docs(cls: type, prefix: str = "") -> list[KeyDoc]:
             default = None
         elif dataclasses.is_dataclass(tp):  # a section: its own keys follow, each with its default
             default = ""
+        elif f.default_factory is not dataclasses.MISSING:  # (a field has a default or a factory, never both)
+            default = value_text(f.default_factory())
         else:
-            default = value_text(f.default if f.default is not dataclasses.MISSING else f.default_factory())
+            default = value_text(f.default)
         docs.append(KeyDoc(prefix + f.name, type_text(tp), default, allowed, f.metadata.get(HELP, "")))
         for section in sections:
             inside = "[]." if typing.get_origin(tp) in (list, tuple) else "."
@@ -55,7 +57,7 @@ def key_docs(cls: type, prefix: str = "") -> list[KeyDoc]:
 
 def _sections(tp: Any) -> list[type]:
     """The config dataclasses a key of type `tp` holds (a section, or a list of them)."""
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # (an annotation: a class, never an instance)
         return [tp]
     return [s for arg in typing.get_args(tp) for s in _sections(arg)]
 

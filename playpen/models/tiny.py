@@ -20,6 +20,7 @@ import random
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from playpen.registry import TINY_MODEL
 
@@ -38,8 +39,8 @@ CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
 )
-MODEL_SHAPE = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
-                   num_key_value_heads=2, max_position_embeddings=2048)
+MODEL_SHAPE: dict[str, Any] = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=2048)  # LlamaConfig's kwargs
 PRETRAIN = dict(steps=400, batch_size=16, lr=3e-3, max_len=768, episodes_per_game=400)
 
 

@@ -27,14 +27,15 @@ def storage_full(error: BaseException) -> str | None:
     """Why a write failed for want of space, else None. Libraries wrap the OSError (safetensors' SafetensorError,
     torch's "PytorchStreamWriter failed"), so their messages and the exception chain are read too."""
     seen = 0
-    while error is not None and seen < 10:
-        if isinstance(error, OSError) and error.errno in FULL:
-            return error.strerror
-        text = str(error)
+    current: BaseException | None = error  # None once the chain ends
+    while current is not None and seen < 10:
+        if isinstance(current, OSError) and current.errno in FULL:
+            return current.strerror
+        text = str(current)
         for code in FULL:
             if os.strerror(code) in text:
                 return os.strerror(code)
-        error, seen = error.__cause__ or error.__context__, seen + 1
+        current, seen = current.__cause__ or current.__context__, seen + 1
     return None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TypeGuard
 
 from playpen.config import Checked
 from playpen.errors import PlaypenError
@@ -18,7 +19,7 @@ NAME_RULE = f"letters, digits and . _ - (not first), at most {NAME_MAX} characte
 UNSAFE_IN_PATH = re.compile(r"[\x00-\x1f\x7f'\"`$\\%]")  # control characters, quotes, $, `, \\, sbatch's %
 
 
-def is_safe_name(value: object) -> bool:
+def is_safe_name(value: object) -> TypeGuard[str]:
     """NAME_RULE: never absolute, '..', a separator, hidden or a control character."""
     return isinstance(value, str) and bool(NAME.fullmatch(value)) and len(value) <= NAME_MAX
 
@@ -45,9 +46,10 @@ def slug_joined(parts, sep: str) -> str:
 def check_location(value: object, what: str) -> str:
     """`value` if it is a path a job script can carry: no control characters (a newline would start a script
     line of its own), quotes, $, `, backslash or % (sbatch expands %j in log paths)."""
-    if not isinstance(value, str) or not value or (bad := UNSAFE_IN_PATH.search(value)):
+    bad = UNSAFE_IN_PATH.search(value) if isinstance(value, str) else None
+    if not isinstance(value, str) or not value or bad:
         why = "is empty" if value == "" else "is not text" if not isinstance(value, str) else \
-            f"contains {bad.group()!r}"
+            f"contains {bad.group()!r}" if bad else ""
         raise PlaypenError(f"{what}: path {value!r} {why}; use a plain path (no control characters, quotes, "
                            f"$, `, \\ or %)")
     try:  # (bytes that are not UTF-8 arrive as surrogates: every JSON and CSV written about them would fail)
