@@ -98,7 +98,7 @@ def best_of_n_reference(storage: Path, args) -> dict:
     from playpen.debate import curve
     from playpen.models.modeling import resolve_model_spec
     from playpen.rollout import RolloutEngine
-    from playpen.train.players import frozen_policy
+    from playpen.train.game_play import frozen_policy
 
     def play():
         pairs = [({**e, "best_of_n": {"n": args.n, "chooser": "judge", "temperature": 1.0}}, i)

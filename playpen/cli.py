@@ -35,7 +35,7 @@ from playpen.errors import OneLineParser, guarded
 COMMANDS = {
     "train": ("playpen.train.cli", "train a model with one method (sft, dpo, grpo, rloo, reward, rft, distill) "
                                    "from a YAML config"),
-    "run": ("playpen.train.cli_run", "run a user-written trainer class (playpen run FILE -l LEARNER)"),
+    "run": ("playpen.train.base", "run a user-written trainer class (playpen run FILE -l LEARNER)"),
     "eval": ("playpen.eval.cli", "play and score the validation games: clemscore and statscore"),
     "data": ("playpen.data", "turn interactions.json files into a conversational dataset (jsonl)"),
     "submit": ("playpen.submit.cli", "send a train, eval, meter, sweep or tournament job to SLURM or local "

@@ -242,7 +242,7 @@ def test_the_learning_curve_replaces_a_planted_link(tmp_path, victim, kind):
 
 
 class _Trainer:
-    """What registration.finish needs of a trainer: save_model (an adapter, written 0600 as safetensors does)."""
+    """What runner.finish needs of a trainer: save_model (an adapter, written 0600 as safetensors does)."""
 
     state = SimpleNamespace(global_step=3)
 
@@ -255,7 +255,7 @@ class _Trainer:
 def _finish(run_path: Path) -> None:
     from playpen.registry import resolve_model
     from playpen.storage import RunDir
-    from playpen.train.registration import finish
+    from playpen.train.runner import finish
 
     run = RunDir(run_path)
     tokenizer = SimpleNamespace(save_pretrained=lambda folder: Path(folder, "tokenizer.json").write_text("{}"))

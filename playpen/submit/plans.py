@@ -46,8 +46,7 @@ def storage_root_for(profile: ClusterProfile, configured: str | None, check: boo
 def plan_train(args: argparse.Namespace, profile: ClusterProfile, config: str, res: exe.Resources) -> Plan:
     """The trainer's own config class checks keys and types now; the run id is pinned so the job, its
     requeues and a resubmission of the same command all use one run dir (the trainer's default id)."""
-    from playpen.train.run_folder import run_id_of
-    from playpen.train.runner import check_config, keys_help, load_recipe
+    from playpen.train.runner import check_config, keys_help, load_recipe, run_id_of
 
     recipe = load_recipe(args.command)
     cfg = load_config(recipe.Config, config, list(args.overrides), keys_help=keys_help(args.command))
