@@ -26,7 +26,7 @@ from playpen.eval.clemlog import clemcore_log, library_bars
 from playpen.games.instances import instances_file, read_instances, spread
 from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
 from playpen.models import service
-from playpen.eval.pairs import pair_games, resolve_partner, results_folder, select_experiments
+from playpen.eval.partners import pair_games, resolve_partner, results_folder, select_experiments
 from playpen.records import interactions_files
 from playpen.storage import (atomic_write_json, check_location, exclusive_folder, not_a_link, path_under,
                              private_folder, publish, read_json_or_none, remove_tree, replace_folder, timestamp)
@@ -261,7 +261,7 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
     `seed` seeds the rollout engine's sampling (temperature > 0: another seed plays other episodes).
     clemcore's log and playpen's own lines go to `<results_dir>/clembench.log`; `verbose` (or a `log` function)
     shows them too. `partner` takes the other seat of two-player games as in `clem run -m MODEL PARTNER` (records
-    and val.json under `MODEL--PARTNER`); `experiments` plays only those, as `clem run -e` (see playpen.eval.pairs).
+    and val.json under `MODEL--PARTNER`); `experiments` plays only those, as `clem run -e` (see playpen.eval.partners).
     """
     started = time.time()
     if suite not in SUITES:

@@ -102,7 +102,7 @@ def _checkpoints(run_dir: Path) -> list[Path]:
 def _run_models(sel: RunSelector, where: str) -> list[dict]:
     """(label, spec, step, checkpoint) for every selected checkpoint of one run."""
     from playpen.models.specs import base_spec_for, checkpoint_spec, is_checkpoint
-    from playpen.registry import resolve_model
+    from playpen.model_registry import resolve_model
 
     run_dir = Path(sel.path).expanduser().absolute()
     if not run_dir.is_dir():
@@ -248,7 +248,7 @@ def _sweep_models(config: SweepConfig, where: str) -> list[dict]:
 
 
 def _sweep_partners(config: SweepConfig, where: str) -> list[dict | None]:
-    from playpen.eval.pairs import resolve_partner
+    from playpen.eval.partners import resolve_partner
 
     partners = []
     for name in config.partners or [SELF]:
@@ -280,7 +280,7 @@ def _sweep_games(config: SweepConfig, where: str) -> dict[str, tuple]:
 def _game_cells(config: SweepConfig, where: str, models: list[dict], partners: list, games: dict[str, tuple],
                 keys: set) -> list[Cell]:
     """A cell per game × model × partner that plays it; `keys` collects the cells' keys (none twice)."""
-    from playpen.eval.pairs import plays_with
+    from playpen.eval.partners import plays_with
     from playpen.games.instances import instances_file
 
     cells = []

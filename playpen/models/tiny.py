@@ -21,7 +21,7 @@ import shutil
 import time
 from pathlib import Path
 
-from playpen.registry import TINY_MODEL
+from playpen.model_registry import TINY_MODEL
 
 BUILD_VERSION = 4  # bump when the recipe changes: an older build is then rebuilt on first use
 SEED = 1234

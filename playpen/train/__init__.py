@@ -15,7 +15,7 @@ games: partners, frozen policies, rounds of play), `rounds` (the play → train 
 (TRL's arguments from `trainer:`), `checkpoints` (find, validate, resume state), `metrics` (metrics.jsonl,
 tensorboard, learning curve), `trackers` (wandb, trackio, mlflow), `base` (BasePlaypenTrainer and `playpen
 run`), `cli` (`playpen train`). Below train: `playpen.models.modeling` (model spec, tokenizer, weights, LoRA,
-quantization, DeepSpeed config), `playpen.data_files` (jsonl rows, chat messages), `playpen.distributed` (ranks
+quantization, DeepSpeed config), `playpen.training_data` (jsonl rows, chat messages), `playpen.distributed` (ranks
 and collectives).
 This file stays light: torch and TRL are imported only when training starts.
 """

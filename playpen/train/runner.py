@@ -80,7 +80,7 @@ def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
     deepspeed = check_config(recipe, cfg, where)
     modeling.check_quantization(cfg.quantization)
     spec = modeling.resolve_model_spec(cfg.model)
-    from playpen.registry import check_remote_key
+    from playpen.model_registry import check_remote_key
 
     check_remote_key(spec, "model")  # a hub model not cached while offline, a gated one without its key
     recipe.check(cfg, where)
