@@ -10,7 +10,7 @@
     playpen submit {sft,...,eval,meter,sweep,tournament,doctor} [--config ...] [--nodes N] [--dry-run] [--wait]
     playpen submit status|logs RUN_OR_SWEEP_DIR                         (= python -m playpen.submit ...)
     playpen demo [--config ...]
-    playpen debate {tournament,curve,rejudge,transcripts,pairs} ...    (= python -m playpen.debate.TOOL)
+    playpen debate {tournament,curve,rejudge,transcripts,pairs} ...    (= python -m playpen.debate_tools.TOOL)
     playpen models build-tiny|convert-smol [--out DIR] [--force]   (= python -m playpen.models.tiny|smol)
     playpen configs list | copy NAME [DEST]                         (the shipped configs, by name)
     playpen containers render|check                                 (= python -m playpen.containers)
@@ -35,14 +35,15 @@ from playpen.errors import OneLineParser, guarded
 COMMANDS = {
     "train": ("playpen.train.cli", "train a model with one method (sft, dpo, grpo, rloo, reward, rft, distill) "
                                    "from a YAML config"),
-    "run": ("playpen.train.cli_run", "run a user-written trainer class (playpen run FILE -l LEARNER)"),
+    "run": ("playpen.train.base", "run a user-written trainer class (playpen run FILE -l LEARNER)"),
     "eval": ("playpen.eval.cli", "play and score the validation games: clemscore and statscore"),
-    "data": ("playpen.data", "turn interactions.json files into a conversational dataset (jsonl)"),
+    "data": ("playpen.dataset_from_records", "turn interactions.json files into a conversational dataset "
+                                             "(jsonl)"),
     "submit": ("playpen.submit.cli", "send a train, eval, meter, sweep or tournament job to SLURM or local "
                                      "processes; status and logs of a job (= python -m playpen.submit)"),
     "demo": ("playpen.demo", "evaluate the demo run: untrained vs trained on held-out instances"),
     "meter": ("playpen.reward.meter", "score a model's sampled completions with a classifier or scorer"),
-    "debate": ("playpen.debate.cli", "debate tools: tournament, curve, rejudge, transcripts, pairs"),
+    "debate": ("playpen.debate_tools.cli", "debate tools: tournament, curve, rejudge, transcripts, pairs"),
     "sweep-local": ("playpen.eval.sweep", "run a sweep's pending cells here, one after the other (no SLURM; "
                                           "= python -m playpen.eval.sweep)"),
     "screen": ("playpen.eval.screening", "each instance's pass rate under a model; write those strictly between "
@@ -65,7 +66,7 @@ DEPRECATED = {"sweep-local": "submit sweep --executor local --wait (and submit s
 
 
 def list_models(verbose: bool) -> None:
-    from playpen.registry import model_entries, resolution
+    from playpen.model_registry import model_entries, resolution
 
     entries = model_entries(clemcore=True)  # every model `clem list models` lists, and mock
     first: dict[str, str] = {}  # name -> the source whose entry wins
@@ -114,7 +115,7 @@ def list_games(verbose: bool, selector: str | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The one entry point: `playpen`, `python -m playpen.submit`, `python -m playpen.demo|data` all come here."""
+    """The one entry point: `playpen`, `python -m playpen.submit`, `python -m playpen.demo` all come here."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in MOVED:
         deprecated(f"playpen {argv[0]}", f"playpen {MOVED[argv[0]]}")

@@ -22,8 +22,7 @@ PLOT_FILE = "demo_eval.png"
 
 def run_dir_for(method: str, config: str, overrides: list[str]) -> tuple[RunDir, object]:
     from playpen.config import load_config
-    from playpen.train.run_folder import run_id_of
-    from playpen.train.runner import keys_help, load_recipe
+    from playpen.train.runner import keys_help, load_recipe, run_id_of
 
     cfg = load_config(load_recipe(method).Config, config, overrides, keys_help=keys_help(method))
     run = RunDir.for_experiment(cfg.storage_root, cfg.experiment, run_id_of(method, cfg))

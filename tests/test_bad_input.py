@@ -16,7 +16,7 @@ import clemcore  # noqa: F401  (importing it opens ./clembench.log: done here, o
 import pytest
 
 from playpen.cli import main
-from playpen.registry import playpen_home
+from playpen.model_registry import playpen_home
 from tests.test_integrity import refused, snapshot
 
 REPO = Path(__file__).resolve().parents[1]
@@ -463,7 +463,7 @@ def test_dry_run_with_a_missing_image_warns_and_prints_the_script(capsys, home):
 def test_resolve_model_takes_only_a_training_runs_registry(home):
     """`model=<folder>` for training means the folder's model only when the folder is a training run."""
     from playpen.errors import PlaypenError
-    from playpen.registry import resolve_model
+    from playpen.model_registry import resolve_model
 
     run = home / "runs" / "x" / "r1"
     (run / "checkpoints").mkdir(parents=True)

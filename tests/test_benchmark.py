@@ -36,7 +36,7 @@ def workdir(tmp_path_factory) -> Path:
     """A working directory as a user sets it up: the benchmark registered, playpen-tiny in a model_registry.json
     (clem's registry does not know it)."""
     from playpen.models.tiny import ensure_tiny_model
-    from playpen.registry import resolve_model
+    from playpen.model_registry import resolve_model
 
     ensure_tiny_model()
     folder = tmp_path_factory.mktemp("bench-workdir")

@@ -150,7 +150,7 @@ def test_the_engine_samples_a_policys_candidates_and_keeps_the_chosen_tokens(pol
 
 
 def test_choices_become_dpo_pairs_with_both_probabilities(tmp_path, capsys):
-    from playpen import data_files
+    from playpen import training_data
     from playpen.cli import main
     from playpen.train.dpo import _row_problem
 
@@ -166,7 +166,7 @@ def test_choices_become_dpo_pairs_with_both_probabilities(tmp_path, capsys):
     folder.mkdir(parents=True)
     (folder / "interactions.json").write_text(json.dumps(interactions))
     assert main(["debate", "pairs", str(tmp_path / "records"), "-o", str(tmp_path / "pairs.jsonl")]) == 0
-    rows = data_files.read_jsonl_rows(str(tmp_path / "pairs.jsonl"), "test", "data", _row_problem)
+    rows = training_data.read_jsonl_rows(str(tmp_path / "pairs.jsonl"), "test", "data", _row_problem)
     assert len(rows) == 1 and rows[0]["meta"]["rejected_score"] == pytest.approx(0.27)
     (tmp_path / "empty").mkdir()
     assert "no best-of-n choice recorded" in fails(capsys, ["debate", "pairs", str(tmp_path / "empty"), "-o",
@@ -196,8 +196,8 @@ def test_a_tournament_debater_can_be_best_of_n(tmp_path):
     """best_of_n entries of the tournament file: the expert drawing two moves per turn (chosen by the programmatic
     judge) against the expert drawing four (chosen by this match's judge), rated apart; their choices are in the
     records."""
-    from playpen.debate import tournament
-    from playpen.debate.records import episodes_under
+    from playpen.debate_tools import tournament
+    from playpen.debate_tools.recorded_episodes import episodes_under
 
     cfg = tournament.TournamentConfig(
         name="bon", debaters=["expert-bo2", "expert-bo4"], judges=["programmatic"], max_instances=6,

@@ -86,7 +86,7 @@ def test_a_key_shows_type_default_range_and_help(capsys):
 
 def test_every_key_has_help():
     """The help is the field's metadata: a key added without one fails here, not in a user's --help."""
-    from playpen.debate.tournament import TournamentConfig
+    from playpen.debate_tools.tournament import TournamentConfig
     from playpen.eval.sweep import SweepConfig
     from playpen.reward import meter
     from playpen.submit.jobs import EvalSpec

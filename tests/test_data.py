@@ -14,7 +14,7 @@ from clemcore.clemgame.runners import sequential
 
 from playpen import games
 from playpen.cli import main as cli
-from playpen.data import convert, episode_rows
+from playpen.dataset_from_records import convert, episode_rows
 from tests.paths import CLEMBENCH_SAMPLE as FIXTURES
 
 LLAMA = "Llama-3.3-70B-Instruct-t0.0--Llama-3.3-70B-Instruct-t0.0"
@@ -152,7 +152,7 @@ def test_cli(tmp_path, capsys):
 def test_rows_holding_line_separators_train_as_written(tmp_path):
     """`playpen data` writes text as it is (ensure_ascii=False): U+2028 and U+0085 inside a reply stay raw, and
     the training data reader splits rows at newlines only (str.splitlines would cut such a row in two)."""
-    from playpen.data_files import check_messages, read_jsonl_rows
+    from playpen.training_data import check_messages, read_jsonl_rows
 
     root = tmp_path / "runs"
     shutil.copytree(FIXTURES / LLAMA, root / LLAMA)

@@ -204,7 +204,7 @@ def test_one_iterative_dpo_round_on_judge_preferences(tmp_path, monkeypatch):
 def test_tournament_table_heatmap_and_rejudging(tmp_path):
     """playpen-tiny against the expert before the programmatic judge and before playpen-tiny (clemcore's runner,
     greedy); re-judging the records with the judge that judged them reproduces its replies and verdicts."""
-    from playpen.debate import rejudge, tournament
+    from playpen.debate_tools import rejudge, tournament
 
     cfg = tournament.TournamentConfig(name="t", debaters=["playpen-tiny", "programmatic"],
                                       judges=["programmatic", "playpen-tiny"], max_instances=2, max_new_tokens=24,
@@ -231,11 +231,11 @@ def test_winning_transcripts_become_sft_rows(tmp_path):
                                    InteractionsFileSaver, ResultsFolder)
     from clemcore.clemgame.runners import sequential
 
-    from playpen.data import convert
+    from playpen.dataset_from_records import convert
     from playpen.eval.evaluation import score_game
-    from playpen.debate.transcripts import winning_transcripts
+    from playpen.debate_tools.transcripts import winning_transcripts
     from playpen.games.registry import resolve_game
-    from playpen.data_files import check_messages
+    from playpen.training_data import check_messages
 
     rows = list(games.load_instances("debate", "train"))[:6]
     learner = CustomResponseModel(ModelSpec(model_name="stand-in-learner"))  # plays the expert's policy
@@ -283,8 +283,8 @@ def test_missing_judge_fails_in_one_line(tmp_path, capsys):
 def test_grpo_self_play_debaters_before_a_model_judge(tmp_path, monkeypatch):
     """The learner in both debater seats, a frozen model (playpen-tiny) as the judge (teacher_seats: [2]), on
     freshly generated train passages without pinned partners; GRPO trains seat A on the judge's preference."""
-    from playpen.debate.records import episodes_under
-    from playpen.registry import resolve_model
+    from playpen.debate_tools.recorded_episodes import episodes_under
+    from playpen.model_registry import resolve_model
     from playpen.train import train
 
     monkeypatch.chdir(tmp_path)  # the judge: playpen-tiny registered under its own name
@@ -318,7 +318,7 @@ def test_dpo_on_consultancy_judge_preferences(tmp_path, monkeypatch):
 def test_grpo_with_the_programmatic_teacher_in_chosen_seats(tmp_path, monkeypatch):
     """teacher: programmatic puts the built-in game's experts in teacher_seats: here the expert Debater B and the
     programmatic judge, on generated train passages that pin no seat."""
-    from playpen.debate.records import episodes_under
+    from playpen.debate_tools.recorded_episodes import episodes_under
     from playpen.train import train
 
     monkeypatch.chdir(tmp_path)

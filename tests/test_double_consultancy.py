@@ -75,7 +75,7 @@ def test_experts_before_the_programmatic_judge_and_its_rule():
 
 def test_a_double_consultancy_tournament_and_playpen_list_games(tmp_path, capsys):
     from playpen.cli import main
-    from playpen.debate import tournament
+    from playpen.debate_tools import tournament
 
     cfg = tournament.TournamentConfig(name="dc", game="double_consultancy", debaters=["programmatic", "expert-bo3"],
                                       judges=["programmatic"], max_instances=3,

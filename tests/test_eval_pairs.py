@@ -21,7 +21,7 @@ CLEM = str(Path(sys.executable).with_name("clem"))
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
     from playpen.models.tiny import ensure_tiny_model
-    from playpen.registry import resolve_model
+    from playpen.model_registry import resolve_model
 
     ensure_tiny_model()
     folder = tmp_path_factory.mktemp("pairs")

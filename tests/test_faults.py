@@ -146,7 +146,7 @@ def test_a_cut_off_metrics_tail_is_dropped_with_a_warning(capsys, tmp_path):
 
 
 def test_a_broken_run_registry_is_skipped_with_a_warning(capsys, tmp_path):
-    from playpen.registry import model_entries
+    from playpen.model_registry import model_entries
 
     run = tmp_path / "runs" / "x" / "r1"
     (run / "checkpoints").mkdir(parents=True)
@@ -183,7 +183,7 @@ def test_instances_that_cannot_be_played(data, message):
 def test_one_process_per_tournament_match(tmp_path):
     """Two processes on one match would write the same episode folders: the second stops in one line."""
     from playpen.config import load_config
-    from playpen.debate import tournament
+    from playpen.debate_tools import tournament
     from playpen.storage import exclusive_folder
 
     cfg = load_config(tournament.TournamentConfig, "debate/tournament_tiny",
@@ -326,7 +326,7 @@ def test_a_file_size_limit_during_a_checkpoint_save_is_one_line(work, inputs):  
 @pytest.mark.parametrize("home_dir", ["a-file", "/sys/playpen-home"])  # a file; a folder nothing is written to
 def test_an_unusable_playpen_home_is_one_line(capsys, tmp_path, monkeypatch, home_dir):
     from playpen.models import ensure_packaged_weights
-    from playpen.registry import SMOL_MODEL, resolve_model
+    from playpen.model_registry import SMOL_MODEL, resolve_model
 
     if home_dir == "a-file":
         home_dir = str(tmp_path / "a-file")

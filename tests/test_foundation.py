@@ -13,7 +13,7 @@ import pytest
 from playpen.config import build, load_config, parse_overrides
 from playpen.errors import PlaypenError
 from playpen.games.registry import resolve_game
-from playpen.registry import model_entries, register_model, resolve_model
+from playpen.model_registry import model_entries, register_model, resolve_model
 from playpen.storage import RunDir, atomic_write_json, resolve_storage_root
 
 REPO = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ from clemcore.clemgame.runners import sequential
 from playpen import games
 from playpen.games.common import read_lines
 from playpen.games.registry import game_entries
-from playpen.registry import resolve_model
+from playpen.model_registry import resolve_model
 from tests.paths import CLEMBENCH_SAMPLE as FIXTURES
 
 GAMES = games.BUILTIN_GAMES

@@ -334,7 +334,7 @@ def test_eval_of_a_folder_that_holds_no_model(capsys, home):
 def test_a_replay_where_no_episode_finished_keeps_the_earlier_records(dead_partner, home):
     """`playpen eval M -g G -r DIR` replays G; if this time no episode finishes (the model's service is down),
     the records G had in DIR stay and are scored, with a warning: nothing on disk is lost."""
-    from playpen.registry import resolve_model
+    from playpen.model_registry import resolve_model
 
     tiny = {**resolve_model("playpen-tiny"), "model_name": "flaky"}
     dead = json.loads((home / "model_registry.json").read_text())[0]

@@ -131,7 +131,7 @@ def test_mock_plays_against_a_teacher_through_playpen_run(bench):
 
 @pytest.mark.slow
 def test_a_grpo_run_reads_the_registries_and_resolves_its_models_once(tmp_path, monkeypatch):
-    from playpen import registry
+    from playpen import model_registry as registry
     from playpen.models import service
     from playpen.train import train
 

@@ -17,7 +17,7 @@ import pytest
 from playpen.cli import main
 from playpen.reading import load_yaml, parse_json, read_text
 from playpen.errors import PlaypenError
-from playpen.registry import playpen_home
+from playpen.model_registry import playpen_home
 
 REPO = Path(__file__).resolve().parents[1]
 SPECIAL = ("fifo", "devzero")

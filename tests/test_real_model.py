@@ -18,7 +18,7 @@ import pytest
 from playpen.cli import main
 from playpen.models import ensure_packaged_weights
 from playpen.models.smol import CONVERSION_VERSION, MARKER, WEIGHTS, ensure_smol_model, gguf_file, is_converted
-from playpen.registry import SMOL_MODEL, resolve_model
+from playpen.model_registry import SMOL_MODEL, resolve_model
 from playpen.storage import read_jsonl
 from tests.conftest import train
 

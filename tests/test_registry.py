@@ -1,4 +1,4 @@
-"""playpen.registry against shared storage: a model_registry.json anyone can write into any folder under the
+"""playpen.model_registry against shared storage: a model_registry.json anyone can write into any folder under the
 storage root adds at most the one model of the training run it sits in (`<experiment>-<run_id>`), never a name
 defined elsewhere (`playpen-tiny`, clemcore's `gpt-4o`, another run's), and says so on screen; a name holding
 `--` (which joins a model and its partner in results folders) is refused wherever a model is named. Nothing here
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from playpen.errors import PlaypenError
-from playpen.registry import model_entries, resolve_model
+from playpen.model_registry import model_entries, resolve_model
 
 
 def entry(name: str, hub: str = "neighbour/weights") -> dict:

@@ -57,7 +57,7 @@ def test_old_flag_is_hidden_from_help(capsys):
 
 
 def test_sweep_and_tournament_files(tmp_path, capsys):
-    from playpen.debate.tournament import TournamentConfig
+    from playpen.debate_tools.tournament import TournamentConfig
     from playpen.eval.sweep import SweepConfig
 
     new = tmp_path / "new.yaml"
@@ -131,7 +131,7 @@ def test_composed_keys_of_earlier_folders_are_unchanged():
 
 
 def test_tournament_marker_names_are_unchanged(tmp_path):
-    from playpen.debate import tournament
+    from playpen.debate_tools import tournament
 
     cfg = tournament.TournamentConfig(name="t", debaters=["a"], judges=["b"], output_dir=str(tmp_path))
     marker = tournament._played_marker(cfg, ("playpen-tiny", "programmatic", "runs/x"))

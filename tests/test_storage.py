@@ -20,7 +20,7 @@ import pytest
 
 from playpen.cli import main
 from playpen.errors import PlaypenError
-from playpen.registry import playpen_home
+from playpen.model_registry import playpen_home
 from playpen.storage import (STALE_TEMP_S, append_jsonl, atomic_write_json, atomic_write_text, check_location,
                              exclusive_folder, make_folder, open_append, private_folder, read_jsonl, replace_folder)
 
@@ -242,7 +242,7 @@ def test_the_learning_curve_replaces_a_planted_link(tmp_path, victim, kind):
 
 
 class _Trainer:
-    """What registration.finish needs of a trainer: save_model (an adapter, written 0600 as safetensors does)."""
+    """What runner.finish needs of a trainer: save_model (an adapter, written 0600 as safetensors does)."""
 
     state = SimpleNamespace(global_step=3)
 
@@ -253,9 +253,9 @@ class _Trainer:
 
 
 def _finish(run_path: Path) -> None:
-    from playpen.registry import resolve_model
+    from playpen.model_registry import resolve_model
     from playpen.storage import RunDir
-    from playpen.train.registration import finish
+    from playpen.train.runner import finish
 
     run = RunDir(run_path)
     tokenizer = SimpleNamespace(save_pretrained=lambda folder: Path(folder, "tokenizer.json").write_text("{}"))
@@ -321,7 +321,7 @@ def test_meter_outputs_replace_planted_links(tmp_path, victim, kind):
 
 def _tournament(work: Path, **overrides):
     from playpen.config import load_config
-    from playpen.debate.tournament import TournamentConfig
+    from playpen.debate_tools.tournament import TournamentConfig
 
     values = {"name": "t", "debaters": ["programmatic"], "judges": ["programmatic"], "self_play": True,
               "max_instances": 1, "output_dir": str(work / "tournaments"), **overrides}
@@ -330,7 +330,7 @@ def _tournament(work: Path, **overrides):
 
 @pytest.mark.parametrize("name", ["played", "records"])
 def test_a_tournament_never_enters_a_linked_folder(work, victim, name):
-    from playpen.debate import tournament
+    from playpen.debate_tools import tournament
 
     (victim.parent / "scores.json").write_text("{}")  # a stale-looking file outside: never deleted
     plant(work / "tournaments" / "t" / name, victim.parent, "symlink")
@@ -342,7 +342,7 @@ def test_a_tournament_never_enters_a_linked_folder(work, victim, name):
 
 @pytest.mark.parametrize("kind", LINKS)
 def test_a_tournament_replaces_planted_files(work, victim, kind):
-    from playpen.debate import tournament
+    from playpen.debate_tools import tournament
 
     folder = work / "tournaments" / "t"
     for name in ("results.md", "matches.json", "heatmap.png", "played/programmatic__programmatic__programmatic.json"):

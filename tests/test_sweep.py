@@ -19,7 +19,7 @@ from playpen.models.specs import resolve_eval_model
 from playpen.eval.sweep import (Cell, aggregate, cell_state, format_status, load_sweep, run_cell, run_local,
                                 status)
 from playpen.models.tiny import ensure_tiny_model
-from playpen.registry import resolve_model
+from playpen.model_registry import resolve_model
 
 
 def tiny() -> Path:

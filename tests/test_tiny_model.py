@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 from playpen.models.tiny import build, ensure_tiny_model
-from playpen.registry import resolve_model
+from playpen.model_registry import resolve_model
 
 CONVERSATIONS = [[{"role": "user", "content": f"Say the number {i}."},
                   {"role": "assistant", "content": f"ANSWER: {i}"}] for i in range(40)]

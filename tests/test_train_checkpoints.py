@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from playpen.cli import main
-from playpen.registry import playpen_home
+from playpen.model_registry import playpen_home
 
 TRAIN = ["train", "sft", "experiment=x", "run_id=r1", "data=sft.jsonl", "storage_root=runs", "cpu_threads=1"]
 

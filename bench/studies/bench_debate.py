@@ -95,10 +95,10 @@ def arm(name: str, storage: Path, seed: int, args) -> tuple[Path | None, float]:
 
 def best_of_n_reference(storage: Path, args) -> dict:
     """The base model as a best-of-n Debater A on the held-out debates (candidates at T=1, the judge chooses)."""
-    from playpen.debate import curve
+    from playpen.debate_tools import curve
     from playpen.models.modeling import resolve_model_spec
     from playpen.rollout import RolloutEngine
-    from playpen.train.players import frozen_policy
+    from playpen.train.game_play import frozen_policy
 
     def play():
         pairs = [({**e, "best_of_n": {"n": args.n, "chooser": "judge", "temperature": 1.0}}, i)
@@ -114,7 +114,7 @@ def best_of_n_reference(storage: Path, args) -> dict:
 
 def base_held_out(storage: Path, args) -> tuple[dict, float]:
     """The base model's held-out play (greedy), timed: the first policy of every curve (cached by the curve)."""
-    from playpen.debate import curve
+    from playpen.debate_tools import curve
     from playpen.models.modeling import resolve_model_spec
 
     weights = resolve_model_spec(MODEL)["huggingface_id"]
@@ -127,7 +127,7 @@ def base_held_out(storage: Path, args) -> tuple[dict, float]:
 def speech_habits(run: Path) -> dict:
     """What Debater A's speeches in a run's training rollouts do: state A's answer, quote, quote verifiably; and
     for best-of-N choices how many gave a pair (the judge scored the candidates apart)."""
-    from playpen.debate.records import episodes_under
+    from playpen.debate_tools.recorded_episodes import episodes_under
     from playpen.games.common import episode_gm_events
     from playpen.games.debate import best_of_n as bon
     from playpen.games.debate import protocol as pr
@@ -219,7 +219,7 @@ def main() -> None:
     storage = Path(args.storage) / ("pilot" if args.pilot else "full")
     report = args.report or (MODEL + ("-pilot" if args.pilot else ""))
     started = time.time()
-    from playpen.debate import curve as debate_curve
+    from playpen.debate_tools import curve as debate_curve
 
     timings, runs, curves, habits = {}, {}, {}, {}
     _, base_seconds = base_held_out(storage, args)

@@ -161,7 +161,7 @@ def play(name: str, game: str, split: str, temperature: float, limit: int | None
     from playpen.games.instances import load_instances
     from playpen.models.modeling import resolve_model_spec
     from playpen.rollout import RolloutEngine
-    from playpen.train.players import frozen_policy
+    from playpen.train.game_play import frozen_policy
 
     policy = frozen_policy(resolve_model_spec(name))
     engine = RolloutEngine(policy, max_new_tokens=12 if game == GAME else 24, temperature=temperature,

@@ -248,7 +248,7 @@ def play(task: Task, name: str, split: str, limit: int | None, temperature: floa
     from playpen.games.instances import load_instances
     from playpen.rollout import RolloutEngine
     from playpen.models.modeling import resolve_model_spec
-    from playpen.train.players import frozen_policy
+    from playpen.train.game_play import frozen_policy
 
     policy = frozen_policy(resolve_model_spec(name))
     teacher = dict(partner=expert_model(seed=seed), partner_seats=list(task.teacher_seats)) if task.teacher_seats \

@@ -26,7 +26,7 @@ def local_checks(storage_root: str | None = None, skip: tuple[str, ...] = (),
     from playpen.doctor.features import feature_checks
     from playpen.doctor.software import device_checks, software_checks
     from playpen.doctor.storage import storage_checks
-    from playpen.train.process import quiet_libraries
+    from playpen.train.runner import quiet_libraries
 
     quiet_libraries()  # library banners and progress bars would break the table
     return [*software_checks(), *device_checks(), *storage_checks(storage_root),

@@ -166,7 +166,7 @@ def _player_for(cell: Cell):
 
 def _play(cell: Cell, records: Path) -> dict:
     from playpen.eval.evaluation import in_file_order, score_game
-    from playpen.eval.pairs import results_folder
+    from playpen.eval.partners import results_folder
     from playpen.eval.scoring import load_episode_scores, summarize_game
     from playpen.games.instances import instances_file, read_instances
     from playpen.games.registry import GameEntry

@@ -26,7 +26,7 @@ from playpen.eval.clemlog import clemcore_log, library_bars
 from playpen.games.instances import instances_file, read_instances, spread
 from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
 from playpen.models import service
-from playpen.eval.pairs import pair_games, resolve_partner, results_folder, select_experiments
+from playpen.eval.partners import pair_games, resolve_partner, results_folder, select_experiments
 from playpen.records import interactions_files
 from playpen.storage import (atomic_write_json, check_location, exclusive_folder, not_a_link, path_under,
                              private_folder, publish, read_json_or_none, remove_tree, replace_folder, timestamp)
@@ -261,7 +261,7 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
     `seed` seeds the rollout engine's sampling (temperature > 0: another seed plays other episodes).
     clemcore's log and playpen's own lines go to `<results_dir>/clembench.log`; `verbose` (or a `log` function)
     shows them too. `partner` takes the other seat of two-player games as in `clem run -m MODEL PARTNER` (records
-    and val.json under `MODEL--PARTNER`); `experiments` plays only those, as `clem run -e` (see playpen.eval.pairs).
+    and val.json under `MODEL--PARTNER`); `experiments` plays only those, as `clem run -e` (see playpen.eval.partners).
     """
     started = time.time()
     if suite not in SUITES:
@@ -278,25 +278,9 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
     if skip_gameplay:
         if experiments:
             raise PlaypenError("-e chooses what is played; --skip-gameplay plays nothing (drop one of them)")
-        recorded = games_recorded(results, folder)
-        if not recorded:
-            raise PlaypenError(f"no records of model {who} in {results}; "
-                               f"play first (drop --skip-gameplay) or pick the right -r")
-        missing = sorted(set(games or []) - set(recorded))
-        if missing:
-            raise PlaypenError(f"no records of {', '.join(missing)} for {who} in {results}; "
-                               f"recorded: {', '.join(recorded)}")
-        in_suite = lambda e: suite == "all" or e.static == (suite == "static")  # noqa: E731
-        entries = select_games(games, suite) if games else [e for e in map(resolve_game, recorded) if in_suite(e)]
-        if not entries:
-            raise PlaypenError(f"no {suite}-suite games of {who} recorded in {results}")
+        entries, plan = _recorded_games(results, folder, who, games, suite), []
     else:
-        entries = pair_games(select_games(games, suite), partner_spec, named=bool(games))
-        if instances is not None and instances < 1:
-            raise PlaypenError(f"--instances must be at least 1, got {instances}")
-        # every game's instances are read and checked before the model loads; -e chooses, then --instances cuts
-        plan = [(e, path, read_instances(path)) for e, path in ((e, instances_file(e, instance_set)) for e in entries)]
-        plan = [(e, path, in_file_order(pairs, instances)) for e, path, pairs in select_experiments(plan, experiments)]
+        plan = _games_to_play(games, suite, partner_spec, instances, instance_set, experiments)
         entries = [e for e, _, _ in plan]
     # one process writes a results folder at a time: two evals into one -r would mix their episodes and tables
     with exclusive_folder(results, f"results folder {results} is in use by another playpen eval",
@@ -305,46 +289,93 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
         kept = []  # games whose replay finished no episode: their earlier records stay
         if not skip_gameplay:
             runner = make_player(spec, max_new_tokens, temperature, batch_size, player, seed, verbose, partner_spec)
-            for stale in results.glob(f"{STAGING_DIR}*"):  # left by an eval that was killed (this one holds -r)
-                remove_tree(stale, results)
-            for entry, path, pairs in plan:
-                with private_folder(results, f"{STAGING_DIR}.") as staging:
-                    game_started = time.time()
-                    log(f"[eval] {who} plays {entry.name}: {len(pairs)} instances "
-                        f"({path.name}, {entry.path})")
-                    runner.play(entry, pairs, staging)
-                    staged = path_under(staging, folder, entry.name, what="game folder")
-                    atomic_write_json(staged / GAME_META, {
-                        "game": entry.name, "game_path": str(entry.path), "source": entry.source,
-                        "static": entry.static, "partner": partner_spec and partner_spec["model_name"],
-                        "experiments": experiments,
-                        "instances_file": str(path), "instances": len(pairs), "instance_set": instance_set,
-                        "max_tokens": max_new_tokens, "temperature": temperature, "seed": seed,
-                        "player": type(runner).__name__, "seconds": round(time.time() - game_started, 1)})
-                    game_dir = path_under(results, folder, entry.name, what="game folder")
-                    if score_game(entry, staged, verbose) or not game_dir.exists():
-                        replace_folder(staged, game_dir, results)  # the new records replace the old ones
-                    else:
-                        kept.append(entry.name)
-        empty = []
-        for entry in entries:
-            scored = score_game(entry, path_under(results, folder, entry.name, what="game folder"), verbose)
-            log(f"[eval] {entry.name}: {scored} episodes scored")
-            if not scored:
-                empty.append(entry.name)
-        if len(empty) == len(entries):  # nothing to score: a val.json or tables now would only mislead
-            # why each episode broke is in clemcore's log, where the rollout engine's warnings go too
-            raise PlaypenError(f"no episode of {', '.join(empty)} finished; see {log_file}")
-        if kept:
-            _stderr(f"[eval] WARNING: no episode of {', '.join(kept)} finished this time (see {log_file}); their "
-                    f"earlier records in {results} were kept and are scored")
-        if empty:  # clemcore's tables leave such a game out, and so do the scores: say it loudly
-            _stderr(f"[eval] WARNING: no episode of {', '.join(empty)} finished (see {log_file}); "
-                    f"these games are missing from clemscore/statscore")
+            settings = {"partner": partner_spec and partner_spec["model_name"], "experiments": experiments,
+                        "instance_set": instance_set, "max_tokens": max_new_tokens, "temperature": temperature,
+                        "seed": seed}
+            kept = _play_games(runner, plan, results, folder, who, log, verbose, settings)
+        empty = _score_games(entries, results, folder, log, verbose, log_file, kept)
         val = write_val_json(results, spec, {"suite": suite, "seconds": round(time.time() - started, 1),
                                              "games_without_episodes": empty}, partner_spec)
         write_clem_tables(results)
     return val
+
+
+def _recorded_games(results: Path, folder: str, who: str, games: list[str] | None, suite: str) -> list:
+    """--skip-gameplay: the games of `suite` recorded for the model in `results` (the named ones, each recorded)."""
+    recorded = games_recorded(results, folder)
+    if not recorded:
+        raise PlaypenError(f"no records of model {who} in {results}; "
+                           f"play first (drop --skip-gameplay) or pick the right -r")
+    missing = sorted(set(games or []) - set(recorded))
+    if missing:
+        raise PlaypenError(f"no records of {', '.join(missing)} for {who} in {results}; "
+                           f"recorded: {', '.join(recorded)}")
+    in_suite = lambda e: suite == "all" or e.static == (suite == "static")  # noqa: E731
+    entries = select_games(games, suite) if games else [e for e in map(resolve_game, recorded) if in_suite(e)]
+    if not entries:
+        raise PlaypenError(f"no {suite}-suite games of {who} recorded in {results}")
+    return entries
+
+
+def _games_to_play(games: list[str] | None, suite: str, partner_spec: dict | None, instances: int | None,
+                   instance_set: str, experiments: list[str] | None) -> list[tuple]:
+    """[(game entry, instances file, the instances played)]: every game's instances are read and checked before
+    the model loads; -e chooses, then --instances cuts."""
+    entries = pair_games(select_games(games, suite), partner_spec, named=bool(games))
+    if instances is not None and instances < 1:
+        raise PlaypenError(f"--instances must be at least 1, got {instances}")
+    plan = [(e, path, read_instances(path)) for e, path in ((e, instances_file(e, instance_set)) for e in entries)]
+    return [(e, path, in_file_order(pairs, instances)) for e, path, pairs in select_experiments(plan, experiments)]
+
+
+def _play_games(runner, plan: list[tuple], results: Path, folder: str, who: str, log, verbose: bool,
+                settings: dict) -> list[str]:
+    """Play each game into a staging folder, which replaces the game's earlier records once an episode of it
+    finished; returns the games whose replay finished none (their earlier records stay)."""
+    kept = []
+    for stale in results.glob(f"{STAGING_DIR}*"):  # left by an eval that was killed (this one holds -r)
+        remove_tree(stale, results)
+    for entry, path, pairs in plan:
+        with private_folder(results, f"{STAGING_DIR}.") as staging:
+            game_started = time.time()
+            log(f"[eval] {who} plays {entry.name}: {len(pairs)} instances "
+                f"({path.name}, {entry.path})")
+            runner.play(entry, pairs, staging)
+            staged = path_under(staging, folder, entry.name, what="game folder")
+            atomic_write_json(staged / GAME_META, {
+                "game": entry.name, "game_path": str(entry.path), "source": entry.source,
+                "static": entry.static, "partner": settings["partner"], "experiments": settings["experiments"],
+                "instances_file": str(path), "instances": len(pairs), "instance_set": settings["instance_set"],
+                "max_tokens": settings["max_tokens"], "temperature": settings["temperature"],
+                "seed": settings["seed"], "player": type(runner).__name__,
+                "seconds": round(time.time() - game_started, 1)})
+            game_dir = path_under(results, folder, entry.name, what="game folder")
+            if score_game(entry, staged, verbose) or not game_dir.exists():
+                replace_folder(staged, game_dir, results)  # the new records replace the old ones
+            else:
+                kept.append(entry.name)
+    return kept
+
+
+def _score_games(entries: list, results: Path, folder: str, log, verbose: bool, log_file, kept: list[str]) -> list:
+    """Score every game's records (clemcore's scorer); returns the games without a finished episode, said loudly
+    (and an error when that is all of them)."""
+    empty = []
+    for entry in entries:
+        scored = score_game(entry, path_under(results, folder, entry.name, what="game folder"), verbose)
+        log(f"[eval] {entry.name}: {scored} episodes scored")
+        if not scored:
+            empty.append(entry.name)
+    if len(empty) == len(entries):  # nothing to score: a val.json or tables now would only mislead
+        # why each episode broke is in clemcore's log, where the rollout engine's warnings go too
+        raise PlaypenError(f"no episode of {', '.join(empty)} finished; see {log_file}")
+    if kept:
+        _stderr(f"[eval] WARNING: no episode of {', '.join(kept)} finished this time (see {log_file}); their "
+                f"earlier records in {results} were kept and are scored")
+    if empty:  # clemcore's tables leave such a game out, and so do the scores: say it loudly
+        _stderr(f"[eval] WARNING: no episode of {', '.join(empty)} finished (see {log_file}); "
+                f"these games are missing from clemscore/statscore")
+    return empty
 
 
 def format_val(val: dict) -> str:

@@ -102,7 +102,7 @@ def _checkpoints(run_dir: Path) -> list[Path]:
 def _run_models(sel: RunSelector, where: str) -> list[dict]:
     """(label, spec, step, checkpoint) for every selected checkpoint of one run."""
     from playpen.models.specs import base_spec_for, checkpoint_spec, is_checkpoint
-    from playpen.registry import resolve_model
+    from playpen.model_registry import resolve_model
 
     run_dir = Path(sel.path).expanduser().absolute()
     if not run_dir.is_dir():
@@ -208,10 +208,6 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
     nothing is written. The sweep dir is output_dir, else <storage_root>/sweeps/<name> with the file's
     storage_root, else the `storage_root` argument (e.g. a cluster profile's), else $PLAYPEN_STORAGE or ./runs."""
     from playpen.config import find_config, load_config
-    from playpen.eval.pairs import plays_with, resolve_partner
-    from playpen.models.specs import resolve_eval_model
-    from playpen.games.instances import instances_file
-    from playpen.games.registry import is_selector, select_games
 
     path = find_config(path, "sweep file")  # a file, or a shipped sweep's name (sweeps/tiny)
     config = load_config(SweepConfig, path, list(overrides), keys_help="every key: `playpen submit sweep --help`")
@@ -220,6 +216,23 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
         raise PlaypenError(f"{where}: player must be auto, engine or clemcore, got {config.player!r}")
     if not config.models and not config.runs:
         raise PlaypenError(f"{where}: list at least one entry under models: or runs:")
+    models = _sweep_models(config, where)
+    partners = _sweep_partners(config, where)
+    games = _sweep_games(config, where)
+    keys: set = set()
+    cells = _game_cells(config, where, models, partners, games, keys)
+    for partner in partners:
+        if partner and not any(c.partner == partner for c in cells):
+            raise PlaypenError(f"{where}: partners: {partner['model_name']} plays none of the games (a partner takes "
+                               f"the second seat of two-player games; programmatic: built-in games only)")
+    cells += _meter_cells(config, where, models, keys)
+    return Sweep(config, str(Path(path).absolute()), _sweep_dir(config, where, storage_root), cells)
+
+
+def _sweep_models(config: SweepConfig, where: str) -> list[dict]:
+    """models: (registry names, folders) then runs: (their checkpoints), each resolved now."""
+    from playpen.models.specs import resolve_eval_model
+
     models = []
     for name in config.models:
         try:
@@ -231,23 +244,46 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
     for i, run in enumerate(config.runs):
         sel = RunSelector(path=run) if isinstance(run, str) else run
         models += _run_models(sel, f"{where}: runs[{i}]")
+    return models
+
+
+def _sweep_partners(config: SweepConfig, where: str) -> list[dict | None]:
+    from playpen.eval.partners import resolve_partner
+
     partners = []
     for name in config.partners or [SELF]:
         try:
             partners.append(None if name == SELF else resolve_partner(name))
         except PlaypenError as e:
             raise PlaypenError(f"{where}: partners: {e}") from None
+    return partners
+
+
+def _sweep_games(config: SweepConfig, where: str) -> dict[str, tuple]:
+    """{game name: (its selector, its registry entry)}: a game named on its own keeps its own options over one a
+    selector brings."""
+    from playpen.games.registry import is_selector, select_games
+
     selectors = [GameSelector(name=g) if isinstance(g, str) else g for g in config.games]
     if not selectors and not config.meters:
         raise PlaypenError(f"{where}: games: is empty; name games or use [all] (or list meters:)")
-    games: dict[str, tuple] = {}  # a game named on its own keeps its own options over one a selector brings
+    games: dict[str, tuple] = {}
     for sel in sorted(selectors, key=lambda s: is_selector(s.name)):
         try:
             found = select_games([sel.name])
         except PlaypenError as e:
             raise PlaypenError(f"{where}: games: {e}") from None
         games.update((entry.name, (sel, entry)) for entry in found if entry.name not in games)
-    cells, keys = [], set()
+    return games
+
+
+def _game_cells(config: SweepConfig, where: str, models: list[dict], partners: list, games: dict[str, tuple],
+                keys: set) -> list[Cell]:
+    """A cell per game × model × partner that plays it; `keys` collects the cells' keys (none twice)."""
+    from playpen.eval.partners import plays_with
+    from playpen.games.instances import instances_file
+
+    cells = []
     for sel, entry in games.values():
         instance_set = sel.instances or config.instances
         try:
@@ -267,10 +303,12 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
                               instance_set=instance_set, max_instances=limit, max_tokens=config.max_new_tokens,
                               temperature=config.temperature, batch_size=config.batch_size, run=m["run"],
                               step=m["step"], checkpoint=m["checkpoint"], player=config.player, partner=partner))
-    for partner in partners:
-        if partner and not any(c.partner == partner for c in cells):
-            raise PlaypenError(f"{where}: partners: {partner['model_name']} plays none of the games (a partner takes "
-                               f"the second seat of two-player games; programmatic: built-in games only)")
+    return cells
+
+
+def _meter_cells(config: SweepConfig, where: str, models: list[dict], keys: set) -> list[Cell]:
+    """A cell per meter × model; `keys` as in _game_cells."""
+    cells = []
     for name, settings in _meters(config.meters, where).items():
         for m in models:
             row = _row(m)
@@ -283,6 +321,10 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
                               max_tokens=settings["max_new_tokens"], temperature=settings["temperature"],
                               batch_size=settings["batch_size"], run=m["run"], step=m["step"],
                               checkpoint=m["checkpoint"], meter=settings))
+    return cells
+
+
+def _sweep_dir(config: SweepConfig, where: str, storage_root: str | Path | None) -> Path:
     if config.output_dir:
         sweep_dir = not_a_link(Path(config.output_dir).expanduser().absolute(), f"{where}: output_dir")
     else:
@@ -293,7 +335,7 @@ def load_sweep(path: str | Path, overrides: list[str] = (), storage_root: str | 
         if other:
             raise PlaypenError(f"{where}: output dir {sweep_dir} exists and is not a sweep's (no {SWEEP_FILE}); "
                                f"choose another output_dir")
-    return Sweep(config, str(Path(path).absolute()), sweep_dir, cells)
+    return sweep_dir
 
 
 # ---------------------------------------------------------------- the whole sweep

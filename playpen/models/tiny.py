@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from playpen.registry import TINY_MODEL
+from playpen.model_registry import TINY_MODEL
 
 BUILD_VERSION = 4  # bump when the recipe changes: an older build is then rebuilt on first use
 SEED = 1234

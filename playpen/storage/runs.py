@@ -128,7 +128,7 @@ class RunDir:
     @property
     def model_name(self) -> str:
         """The one model name this run registers, `<experiment>-<run_id>`: the only name a run folder's
-        model_registry.json may define (playpen.registry)."""
+        model_registry.json may define (playpen.model_registry)."""
         return f"{self.path.parent.name}-{self.path.name}"
 
     def create(self) -> "RunDir":

@@ -123,7 +123,7 @@ def kind_keys(kind: str) -> str:
 
         docs = key_docs(SweepConfig)
     else:
-        from playpen.debate.tournament import TournamentConfig
+        from playpen.debate_tools.tournament import TournamentConfig
 
         docs = key_docs(TournamentConfig)
     return format_keys(f"config keys of {kind} (in the --config file, or key=value after it):", docs)

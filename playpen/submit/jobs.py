@@ -186,7 +186,7 @@ class TournamentMatchesJob(PlaypenJob):
         self.aggregate = aggregate
 
     def run(self, task: TaskInfo, seatings: list[list[str]]) -> dict:
-        from playpen.debate import tournament
+        from playpen.debate_tools import tournament
 
         cfg = tournament.TournamentConfig(**self.config)
         pending = {tuple(s) for s in tournament.pending_matches(cfg)}
@@ -227,7 +227,7 @@ class DoctorJob(PlaypenJob):
 
 def aggregate_tournament(config: dict) -> dict:
     """The job that runs after a tournament's job array: results.md, heatmap.png, matches.json."""
-    from playpen.debate import tournament
+    from playpen.debate_tools import tournament
 
     summary = tournament.aggregate(tournament.TournamentConfig(**config))
     return {"dir": summary["dir"]}

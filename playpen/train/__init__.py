@@ -6,15 +6,17 @@
 `train` is what `playpen train` and SLURM jobs call, once per rank under torchrun (RANK/WORLD_SIZE/... set).
 Rerunning the same call resumes from the last checkpoint in the same run directory.
 
-Modules: `recipe` (the API a method implements), `runner` (the life cycle every method shares: `run_folder`,
-`reruns`, `registration`, `process`), `trl_args` (TRL's arguments from `trainer:`), `players` (partners and other
-clemcore players), `game_play` (what the game methods share about playing games), one recipe per method: `sft`,
-`dpo`, `grpo`, `reward`, `rloo`, `rft` (expert iteration), `distill` (on-policy distillation); `rounds` (the
-play → train loop of dpo, rft and distill), `sequences` (the token rows rft and distill train on), `checkpoints`
-(find, validate, resume state), `metrics` (metrics.jsonl, tensorboard, learning curve), `base`
-(BasePlaypenTrainer for `playpen run`). Below train: `playpen.models.modeling` (model spec, tokenizer, weights,
-LoRA, quantization, DeepSpeed config), `playpen.data_files` (jsonl rows, chat messages), `playpen.distributed`
-(ranks and collectives).
+Modules: `runner` (a run's life cycle every method shares, top to bottom: check the config and the reruns of a
+run id, the run folder, build, fit, register the final model), `recipe` (the API a method implements), one
+recipe per method: `sft`, `dpo`, `grpo`, `reward`, `rloo`, `rft` (expert iteration), `distill` (on-policy
+distillation), `learned_reward` (GRPO's reward model); `game_play` (what the game methods share about playing
+games: partners, frozen policies, rounds of play), `rounds` (the play → train loop of dpo, rft and distill),
+`sequences` (the token rows rft and distill train on), `dynamic_sampling` (GRPO's refilled groups), `trl_args`
+(TRL's arguments from `trainer:`), `checkpoints` (find, validate, resume state), `metrics` (metrics.jsonl,
+tensorboard, learning curve), `trackers` (wandb, trackio, mlflow), `base` (BasePlaypenTrainer and `playpen
+run`), `cli` (`playpen train`). Below train: `playpen.models.modeling` (model spec, tokenizer, weights, LoRA,
+quantization, DeepSpeed config), `playpen.training_data` (jsonl rows, chat messages), `playpen.distributed` (ranks
+and collectives).
 This file stays light: torch and TRL are imported only when training starts.
 """
 from __future__ import annotations

@@ -11,10 +11,14 @@ needs its key.json entry: checked before anything loads), takes the first BasePl
 the file and calls `learn()`. Upstream playpen's trainer files run unchanged: `from playpen import BasePlayPen`,
 a constructor taking the learner alone, and `learn(self, game_registry)`, which gets clemcore's GameRegistry of
 the games a name reaches here (./game_registry.json and the working directory first, then the built-ins).
+
+This module is the `playpen run` command too (`add_arguments`, `main`): light at import, models load in `main`.
+Not here: `playpen train`'s methods (playpen.train.runner and the recipes).
 """
 from __future__ import annotations
 
 import abc
+import argparse
 import importlib.util
 import inspect
 import sys
@@ -22,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from playpen.config import read_text
-from playpen.defaults import MAX_NEW_TOKENS
+from playpen.defaults import MAX_NEW_TOKENS, TEMPERATURE, OldSpelling, add_max_new_tokens, check_flags
 from playpen.errors import PlaypenError
 
 
@@ -102,3 +106,24 @@ def run_trainer(file: str | Path, learner: str, partner: str | None = None, max_
               if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     trainer.learn(game_registry()) if params else trainer.learn()
     return trainer
+
+
+# ---------------------------------------------------------------- the command
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`playpen run FILE -l LEARNER [-p PARTNER] [-L MAX_NEW_TOKENS] [-T TEMPERATURE]`."""
+    parser.add_argument("file", metavar="FILE", help="a Python file defining a BasePlaypenTrainer subclass")
+    parser.add_argument("-l", "--learner", required=True, help="learner model name (`playpen list models`)")
+    parser.add_argument("-p", "--partner", default=None, help="optional partner model name (plays the other roles)")
+    # upstream playpen's spelling: still read as the partner, with a note
+    parser.add_argument("-t", "--teacher", dest="partner", action=OldSpelling, help=argparse.SUPPRESS)
+    add_max_new_tokens(parser, help="token limit per reply (default %(default)s)")
+    parser.add_argument("-T", "--temperature", type=float, default=TEMPERATURE,
+                        help="sampling temperature (default %(default)s)")
+
+
+def main(args: argparse.Namespace) -> int:
+    check_flags(args)  # -L and -T mean what they mean in `playpen eval`
+
+    run_trainer(args.file, args.learner, args.partner, args.max_new_tokens, args.temperature)
+    return 0

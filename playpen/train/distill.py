@@ -121,9 +121,7 @@ def check_model_teacher(cfg: Config, where: str) -> None:
 
 def load_model_teacher(cfg: Config, session: Session):
     """The teacher's model, frozen (eval mode, no gradients), on the learner's device."""
-    from playpen.train.players import frozen_policy
-
-    teacher = frozen_policy(service.resolve(cfg.teacher, "teacher")).model
+    teacher = game_play.frozen_policy(service.resolve(cfg.teacher, "teacher")).model
     return teacher.to(next(session.model.parameters()).device)
 
 

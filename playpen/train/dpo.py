@@ -20,7 +20,7 @@ from pathlib import Path
 
 from playpen.config import bounded, documented
 from playpen.errors import PlaypenError
-from playpen import data_files
+from playpen import training_data
 from playpen.train import game_play, rounds
 from playpen.train.checkpoints import load_state
 from playpen.train.recipe import Recipe, Session
@@ -42,7 +42,7 @@ class Config(game_play.GameConfig):
 def _side(value, name: str) -> str | None:
     if isinstance(value, str):
         return None if value else f"'{name}' is empty"
-    problem = data_files.check_messages(value, need_assistant=name != "prompt")
+    problem = training_data.check_messages(value, need_assistant=name != "prompt")
     return f"'{name}': {problem}" if problem else None
 
 
@@ -52,7 +52,7 @@ def _row_problem(row: dict) -> str | None:
             return f"missing '{name}' (rows need prompt, chosen, rejected)"
         if problem := _side(row[name], name):
             return problem
-    return data_files.same_sides(row)
+    return training_data.same_sides(row)
 
 
 def _dataset(rows: list[dict]):
@@ -79,7 +79,7 @@ class DPO(rounds.RoundsRecipe):
         if cfg.data:
             if cfg.iterations != 1:
                 raise PlaypenError(f"{where}: iterations > 1 needs game play (set game, not data)")
-            data_files.read_jsonl_rows(cfg.data, where, "data", _row_problem)
+            training_data.read_jsonl_rows(cfg.data, where, "data", _row_problem)
         else:
             game_play.check_game(cfg, where)
             if cfg.pairs not in ("branching", "best_of_n"):
@@ -107,7 +107,7 @@ class DPO(rounds.RoundsRecipe):
 
     def fit(self, session: Session):
         if session.cfg.data:
-            rows = data_files.read_jsonl_rows(session.cfg.data, session.where, "data", _row_problem)
+            rows = training_data.read_jsonl_rows(session.cfg.data, session.where, "data", _row_problem)
             return self._train(session, _dataset(rows), session.args, session.resume, step_offset=0)
         self._instances = game_play.train_instances(session.cfg, session.run.path if session.is_main else None)
         self._partner = game_play.load_partner(session.cfg)

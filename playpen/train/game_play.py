@@ -18,11 +18,19 @@ from playpen.games.instances import generate_instances, instances_file, load_ins
 from playpen.storage import remove_tree
 from playpen import distributed
 from playpen.models import service
-from playpen.train.players import frozen_policy
 from playpen.train.recipe import Session, TrainConfig
 
 
 PROGRAMMATIC = "programmatic"  # partner (or distill's teacher): the built-in game's own expert
+
+
+def frozen_policy(spec: dict):
+    """A local Hugging Face model (spec of backend huggingface_local) as a frozen LocalPolicy: eval mode, no
+    gradients, its own quantization and adapter; bfloat16 on GPUs, float32 on CPU (game partners, distill's
+    teacher). The model service loads it, the rollout layer wraps it."""
+    from playpen.rollout import LocalPolicy
+
+    return LocalPolicy(*service.load_frozen(spec), name=spec["model_name"])
 
 
 @dataclass

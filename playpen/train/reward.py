@@ -3,7 +3,7 @@
     playpen train reward --config reward/tiny_sentiment [key=value ...]
 
 The model is the configured base model loaded as a sequence classifier with one output (a new `score` head on
-top of the LM; with LoRA the head is trained in full, `modules_to_save`). Pairs (`playpen.reward.pairs`) come
+top of the LM; with LoRA the head is trained in full, `modules_to_save`). Pairs (`playpen.reward.preference_pairs`) come
 from `data:` (a jsonl of chosen/rejected rows or of labelled texts) or `records:` (episodes of the same instance
 in playpen-records: GRPO groups, DPO branches, evaluations). `held_out` of them are kept out of training; the
 accuracy on them (chosen scored above rejected) is logged as eval_accuracy, written to
@@ -43,7 +43,7 @@ class Config(TrainConfig):
 
 
 def _pairs(cfg: Config, where: str) -> list[dict]:
-    from playpen.reward.pairs import pairs_from_records, read_pairs_file
+    from playpen.reward.preference_pairs import pairs_from_records, read_pairs_file
 
     if cfg.data:
         pairs = read_pairs_file(cfg.data, where, cfg.label_margin, cfg.pairs_per_text, cfg.seed)
@@ -90,7 +90,7 @@ class Reward(Recipe):
         from datasets import Dataset
         from trl import RewardTrainer
 
-        from playpen.reward.pairs import pair_format, split_held_out
+        from playpen.reward.preference_pairs import pair_format, split_held_out
         from playpen.reward.scorers import FORMAT_FILE
 
         cfg, run = session.cfg, session.run

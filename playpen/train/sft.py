@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from playpen.config import bounded, documented
-from playpen import data_files
+from playpen import training_data
 from playpen.train.recipe import Recipe, Session, TrainConfig
 
 
@@ -24,13 +24,13 @@ class Config(TrainConfig):
 
 
 def _row_problem(row: dict) -> str | None:
-    return data_files.check_messages(row.get("messages"))
+    return training_data.check_messages(row.get("messages"))
 
 
 def _dataset(path: str, where: str, key: str, limit: int | None):
     from datasets import Dataset
 
-    rows = data_files.read_jsonl_rows(path, where, key, _row_problem, limit)
+    rows = training_data.read_jsonl_rows(path, where, key, _row_problem, limit)
     return Dataset.from_list([{"messages": r["messages"]} for r in rows])
 
 
@@ -40,9 +40,9 @@ class SFT(Recipe):
     trl_config = "SFTConfig"
 
     def check(self, cfg: Config, where: str) -> None:
-        data_files.read_jsonl_rows(cfg.data, where, "data", _row_problem, limit=cfg.max_rows)
+        training_data.read_jsonl_rows(cfg.data, where, "data", _row_problem, limit=cfg.max_rows)
         if cfg.eval_data:
-            data_files.read_jsonl_rows(cfg.eval_data, where, "eval_data", _row_problem)
+            training_data.read_jsonl_rows(cfg.eval_data, where, "eval_data", _row_problem)
 
     def trainer_defaults(self, cfg: Config) -> dict:
         return {"assistant_only_loss": True, "max_length": 1024, "packing": False,

@@ -5,11 +5,15 @@ import argparse
 import importlib
 
 TOOLS = {
-    "tournament": ("playpen.debate.tournament", "every pair of debaters before every judge: table, ratings, heatmap"),
-    "curve": ("playpen.debate.curve", "judge win rate per round of an iterative-DPO debate run"),
-    "rejudge": ("playpen.debate.rejudge", "show recorded judges' views to another judge and compare verdicts"),
-    "transcripts": ("playpen.debate.transcripts", "the expert advocates' winning transcripts as SFT rows"),
-    "pairs": ("playpen.debate.pairs", "best-of-N advocates' recorded choices as DPO preference pairs"),
+    "tournament": ("playpen.debate_tools.tournament",
+                   "every pair of debaters before every judge: table, ratings, heatmap"),
+    "curve": ("playpen.debate_tools.curve", "judge win rate per round of an iterative-DPO debate run"),
+    "rejudge": ("playpen.debate_tools.rejudge",
+                "show recorded judges' views to another judge and compare verdicts"),
+    "transcripts": ("playpen.debate_tools.transcripts",
+                    "the expert advocates' winning transcripts as SFT rows"),
+    "pairs": ("playpen.debate_tools.best_of_n_pairs",
+              "best-of-N advocates' recorded choices as DPO preference pairs"),
 }
 
 

@@ -1,6 +1,8 @@
 """Reading recorded debate, consultancy and double consultancy episodes (clem's layout: playpen eval results,
 playpen-records of a run, tournament records): who sat where, the judge's view of the dialogue, the verdict, the
 scores.
+
+It only reads, and only the debate games' episodes: the records' layout and their writer are playpen.records.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ class Episode:
 
     def judge_view(self) -> list[dict]:
         """The judge's own conversation as it saw it (user: what the GM sent, assistant: its replies)."""
-        from playpen.data import player_view
+        from playpen.dataset_from_records import player_view
 
         judge = next(name for name, p in self.interactions["players"].items()
                      if isinstance(p, dict) and p.get("game_role") == "Judge")

@@ -11,6 +11,8 @@ the second, so the model goes first and the partner second, and the records fold
 refuses two models for a game of one or three players). `programmatic` is clemcore's programmatic player, which
 in playpen's built-in games plays the game's expert (playpen.games.common.ExpertPlayer); other games' programmatic
 players are mocks, so there it is refused.
+
+A pair of models here, not preference pairs (playpen.reward.preference_pairs, playpen.debate_tools.best_of_n_pairs).
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Where models come from (games: playpen.games.registry).
+"""The model registry: which model a name means and where its entry comes from (the game registry is
+playpen.games.registry).
 
 Models: `./model_registry.json` (entries there win), then the entries training runs registered under the storage
 root (`<storage_root>/<experiment>/<run_id>/model_registry.json`), then the packaged

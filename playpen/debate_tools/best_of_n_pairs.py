@@ -8,6 +8,9 @@ n" note: all candidates, their scores, the choice) gives one pair: the chosen sp
 candidate, when their scores differ by more than --min-margin (with the judge as chooser, scores are the judge's
 probabilities for the advocate's side; both are in each row's meta). Rows: {prompt: the advocate's view,
 chosen: [reply], rejected: [reply], meta}.
+
+Not the reward model's pairs (playpen.reward.preference_pairs) nor the branch pairs DPO trains on while it
+plays (playpen.rollout.branching).
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from playpen.debate.records import episodes_under, mean
+from playpen.debate_tools.recorded_episodes import episodes_under, mean
 from playpen.errors import PlaypenError
 
 
@@ -57,7 +60,7 @@ def main(args) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m playpen.debate.pairs: an alias of `playpen debate pairs`
+if __name__ == "__main__":  # python -m playpen.debate_tools.best_of_n_pairs: an alias of `playpen debate pairs`
     from playpen.cli import main as playpen_main
 
     sys.exit(playpen_main(["debate", "pairs", *sys.argv[1:]]))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from playpen.config import load_yaml
 from playpen.errors import PlaypenError
-from playpen.debate.records import GAMES, mean
+from playpen.debate_tools.recorded_episodes import GAMES, mean
 from playpen.storage import atomic_write_json, write_figure
 
 
@@ -38,7 +38,7 @@ def round_rows(run: Path) -> list[dict]:
 
 def policies(run: Path, config: dict) -> list[tuple[str, str, str | None]]:
     """(label, weights folder, adapter folder or None): the base model, then every finished round's final."""
-    from playpen.registry import resolve_model
+    from playpen.model_registry import resolve_model
 
     base = resolve_model(config["model"])["huggingface_id"]
     found = [("before training", base, None)]
@@ -244,7 +244,7 @@ def main(args) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m playpen.debate.curve: an alias of `playpen debate curve`
+if __name__ == "__main__":  # python -m playpen.debate_tools.curve: an alias of `playpen debate curve`
     from playpen.cli import main as playpen_main
 
     sys.exit(playpen_main(["debate", "curve", *sys.argv[1:]]))

@@ -17,6 +17,9 @@ Outcome: from the sibling scores.json if present, else the Aborted/Success/Lose 
 game master's final note (e.g. v2.0 taboo's "correct guess"): one of success, lose, aborted, unknown.
 Unreadable, truncated or incomplete interactions files are listed and skipped; the conversion never crashes on
 them.
+
+Not here: reading and checking the data files the recipes train on (playpen.training_data); writing records
+(playpen.records).
 """
 from __future__ import annotations
 
@@ -325,7 +328,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m playpen.data: an alias of `playpen data`
+if __name__ == "__main__":  # python -m playpen.dataset_from_records: an alias of `playpen data`
     import sys
 
     from playpen.errors import run_command

@@ -1,5 +1,7 @@
 """Training data files: jsonl rows, each checked by the caller's row check (errors name the file and line), and
 the check of a list of chat messages that SFT, DPO and reward data share.
+
+Not here: building a dataset from played episodes (`playpen data`: playpen.dataset_from_records).
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from playpen.config import documented
-from playpen.debate.records import ADVOCATES, GAMES, Episode, episodes_under, mean
+from playpen.debate_tools.recorded_episodes import ADVOCATES, GAMES, Episode, episodes_under, mean
 from playpen.defaults import BATCH_SIZE, EVAL_BOUNDS, EVAL_HELP, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
 from playpen.storage import (Location, Name, atomic_write_json, atomic_write_text, exclusive_folder, make_folder,
@@ -347,7 +347,7 @@ def main(args) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m playpen.debate.tournament: an alias of `playpen debate tournament`
+if __name__ == "__main__":  # python -m playpen.debate_tools.tournament: an alias of `playpen debate tournament`
     from playpen.cli import main as playpen_main
 
     sys.exit(playpen_main(["debate", "tournament", *sys.argv[1:]]))

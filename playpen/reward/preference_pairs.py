@@ -12,6 +12,9 @@ Sources:
   instance and role: a GRPO group, DPO's branches of one instance, evaluations of several models), the better
   episode preferred: matched best with worst, second best with second worst, ... (ties skipped). Branches share
   their history up to the reply they differ in, so their pair isolates that reply, as DPO's pairs do.
+
+Not here: best-of-N advocates' pairs (playpen.debate_tools.best_of_n_pairs), the branch pairs DPO trains on while
+it plays (playpen.rollout.branching), a model and its partner in eval (playpen.eval.partners).
 """
 from __future__ import annotations
 
@@ -21,13 +24,13 @@ from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.reward.prompts import as_messages
-from playpen import data_files
+from playpen import training_data
 
 
 def _side_problem(value, name: str) -> str | None:
     if isinstance(value, str):
         return None if value else f"'{name}' is empty"
-    problem = data_files.check_messages(value, need_assistant=False)
+    problem = training_data.check_messages(value, need_assistant=False)
     return f"'{name}': {problem}" if problem else None
 
 
@@ -44,7 +47,7 @@ def _row_problem(row: dict) -> str | None:
             return f"missing '{name}' (rows are {{chosen, rejected[, prompt]}} or {{text, label[, prompt]}})"
         if problem := _side_problem(row[name], name):
             return problem
-    if problem := data_files.same_sides(row):
+    if problem := training_data.same_sides(row):
         return problem
     return _side_problem(row["prompt"], "prompt") if "prompt" in row else None
 
@@ -80,7 +83,7 @@ def _labelled_pairs(rows: list[dict], margin: float, per_text: int, seed: int) -
 def read_pairs_file(path: str, where: str, label_margin: float = 0.0, pairs_per_text: int = 1,
                     seed: int = 0) -> list[dict]:
     """Pairs from a jsonl of preference rows or of labelled texts (not both in one file)."""
-    rows = data_files.read_jsonl_rows(path, where, "data", _row_problem)
+    rows = training_data.read_jsonl_rows(path, where, "data", _row_problem)
     labelled = ["text" in row for row in rows]
     if any(labelled) and not all(labelled):
         line = labelled.index(not labelled[0]) + 1
@@ -119,7 +122,7 @@ def _episode_value(meta: dict) -> float | None:
 
 def pairs_from_records(folder: str, where: str, game: str | None = None) -> list[dict]:
     """Pairs from the player views of episodes of the same instance under a records or results folder."""
-    from playpen.data import episode_rows
+    from playpen.dataset_from_records import episode_rows
     from playpen.records import interactions_files
 
     root = Path(folder).expanduser()

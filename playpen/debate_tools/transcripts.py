@@ -16,7 +16,7 @@ import random
 import sys
 from pathlib import Path
 
-from playpen.debate.records import ADVOCATES
+from playpen.debate_tools.recorded_episodes import ADVOCATES
 from playpen.errors import PlaypenError
 from playpen.storage import atomic_write_text, check_output_file
 
@@ -68,7 +68,7 @@ def main(args) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m playpen.debate.transcripts: an alias of `playpen debate transcripts`
+if __name__ == "__main__":  # python -m playpen.debate_tools.transcripts: an alias of `playpen debate transcripts`
     from playpen.cli import main as playpen_main
 
     sys.exit(playpen_main(["debate", "transcripts", *sys.argv[1:]]))

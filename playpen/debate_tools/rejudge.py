@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from playpen.debate.records import Episode, episodes_under, mean
+from playpen.debate_tools.recorded_episodes import Episode, episodes_under, mean
 from playpen.defaults import MAX_NEW_TOKENS, TEMPERATURE, add_max_new_tokens
 from playpen.errors import PlaypenError
 from playpen.games.debate import protocol as pr
@@ -97,7 +97,7 @@ def main(args) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m playpen.debate.rejudge: an alias of `playpen debate rejudge`
+if __name__ == "__main__":  # python -m playpen.debate_tools.rejudge: an alias of `playpen debate rejudge`
     from playpen.cli import main as playpen_main
 
     sys.exit(playpen_main(["debate", "rejudge", *sys.argv[1:]]))
