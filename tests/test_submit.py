@@ -206,6 +206,38 @@ def test_dry_run_of_a_sweep_is_one_job_array(tmp_path, monkeypatch, capsys):
     assert "#SBATCH --nodes=1" in out
 
 
+# the rendered job of each kind of plan, against a recorded file (tests/data/golden/; the training job's own is
+# tests/test_security.py's): a job array, a one-task GPU job without an image, the local executor's job
+GOLDEN_JOBS = {
+    "sweep_array.sbatch": ["sweep", "--config", "sweeps/tiny", "--cluster", "devcluster",
+                           "storage_root=/project/x/runs"],
+    "tournament_array.sbatch": ["tournament", "--config", "debate/tournament_tiny", "--cluster", "devcluster"],
+    "eval_gpu_no_image.sbatch": ["eval", "--config", "eval/tiny", "--cluster", "example_gpu", "--container", "none",
+                                "--gpus-per-node", "2", "storage_root=/project/x/runs"],
+    "eval_local.txt": ["eval", "--config", "eval/tiny", "--executor", "local", "--cluster", "devcluster",
+                       "storage_root=/project/x/runs"],
+}
+
+
+@pytest.mark.parametrize("name", GOLDEN_JOBS)
+def test_rendered_jobs_match_the_recorded_ones(name, tmp_path, monkeypatch, capsys):
+    """The recorded files are never rewritten by the test: a change to one is a change to the jobs playpen
+    submits, reviewed as such."""
+    monkeypatch.setenv("PATH", VENV_BIN)
+    monkeypatch.setenv("PLAYPEN_STORAGE", "/project/x/runs")
+    monkeypatch.chdir(tmp_path)
+    recorded = REPO / "tests" / "data" / "golden" / name
+    assert main([*GOLDEN_JOBS[name], "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    for value, placeholder in ((str(tmp_path.resolve()), "<TMP>"), (str(tmp_path), "<TMP>"),
+                               (sys.executable, "<PYTHON>")):
+        out = out.replace(value, placeholder)
+    out = re.sub(r"\d{8}-\d{6}(-\d+)?", lambda m: "<STAMP>" if m.group(1) else "<TIME>", out)
+    assert recorded.is_file(), f"{recorded} is missing: record it by hand from the command in this test"
+    assert out.splitlines() == recorded.read_text().splitlines()
+    assert not Path("/project").exists() and not any(tmp_path.iterdir())  # a dry run creates nothing
+
+
 # ---------------------------------------------------------------- bad input: one line, exit 2, nothing submitted
 
 BAD_INPUTS = {
