@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from playpen.submit import executor as exe
-from playpen.submit import jobs
+from playpen.submit import jobs, plan, render, send
 from playpen.submit.cli import main
 from playpen.submit.profiles import available, load_profile, parse_time_min
 
@@ -126,7 +125,8 @@ def test_profile_times_are_bounded(tmp_path, values, message):
 
 
 def test_a_job_inherits_an_allow_list_of_variables():
-    from playpen.submit.profiles import ClusterProfile, job_submission_env
+    from playpen.submit.profiles import ClusterProfile
+    from playpen.submit.send import job_submission_env
 
     shell = {"PATH": "/bin", "HOME": "/h", "LANG": "C.UTF-8", "HF_HOME": "/hf", "OMP_NUM_THREADS": "1",
              "SLURM_CONF": "/etc/slurm.conf", "SSHPASS": "x", "GITHUB_PAT": "x", "AWS_CREDS": "x",
@@ -364,8 +364,9 @@ def submit_probe(kind: str, tmp_path: Path, monkeypatch, profile=None) -> tuple[
         monkeypatch.setenv(name, value)
     profile = profile or load_profile("devcluster")
     folder = tmp_path / "probe"
-    ex = exe.make_executor(kind, folder, profile, exe.Resources(), "probe", tmp_path / "runs")
-    with exe.submission_env(profile, kind, tmp_path / "runs"):
+    launch = plan.launch(kind, folder, profile, tmp_path / "runs", "probe")
+    ex = render.executor(launch)
+    with send.submission_env(launch):
         job = ex.submit(probe_environment)
     assert os.environ["HF_TOKEN"] == SECRET  # the submitting process keeps its own environment
     deadline = time.monotonic() + 60
@@ -403,7 +404,7 @@ def test_job_runs_behind_the_container_exec_line(tmp_path, monkeypatch):
     profile_file = tmp_path / "container.yaml"
     profile_file.write_text(text + f"container:\n  image: {image}\n  binds: [/data/$USER]\n"
                                    f"  python: {sys.executable}\n")
-    profile = exe.check_container(load_profile(str(profile_file)))
+    profile = plan.check_container(load_profile(str(profile_file)))
     monkeypatch.setenv("USER", "alice")
     seen, folder = submit_probe("local", tmp_path, monkeypatch, profile)
     assert_clean(seen, folder)
