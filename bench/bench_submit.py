@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from playpen.submit import executor as exe
+from playpen.submit import plan, render, send
 from playpen.submit.profiles import load_profile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,15 +66,17 @@ def wait_idle(timeout: float = 120) -> None:
 
 
 def executor(folder: Path, profile):
-    return exe.make_executor("slurm", folder, profile, exe.Resources(), "bench", folder / "runs")
+    """A SLURM executor of `profile` writing to `folder`, and the clean environment to submit it from."""
+    launch = plan.launch("slurm", folder, profile, folder / "runs", "bench")
+    return render.executor(launch), send.submission_env(launch)
 
 
 def bench_to_running(tmp: Path, profile, repeats: int) -> list[float]:
     times = []
     for i in range(repeats):
-        ex = executor(tmp / f"running-{i}", profile)
+        ex, env = executor(tmp / f"running-{i}", profile)
         t0 = time.monotonic()
-        with exe.submission_env(profile):
+        with env:
             job = ex.submit(sleeper, 30)
         times.append(wait_running(job.job_id, t0))
         scancel(job.job_id)
@@ -104,25 +106,25 @@ def bench_cli_to_running(tmp: Path, repeats: int) -> list[float]:
 
 
 def bench_array(tmp: Path, profile, cells: int) -> tuple[float, float, float]:
-    ex = executor(tmp / "array", profile)
+    ex, env = executor(tmp / "array", profile)
     t0 = time.monotonic()
-    with exe.submission_env(profile):
+    with env:
         jobs = ex.map_array(cell, range(cells))
     array_s = time.monotonic() - t0
     scancel(*[j.job_id for j in jobs])
     wait_idle()
-    ex = executor(tmp / "separate", profile)
+    ex, env = executor(tmp / "separate", profile)
     t0 = time.monotonic()
-    with exe.submission_env(profile):
+    with env:
         separate = [ex.submit(cell, i) for i in range(cells)]
     separate_s = time.monotonic() - t0
     scancel(*[j.job_id for j in separate])
     wait_idle()
     # the same 100 separate submissions without submitit's 0.2 s pause between sbatch calls
-    ex = executor(tmp / "separate-nothrottle", profile)
+    ex, env = executor(tmp / "separate-nothrottle", profile)
     ex._throttling = 0.0  # submitit's private pause; only to show what sbatch itself costs
     t0 = time.monotonic()
-    with exe.submission_env(profile):
+    with env:
         unthrottled = [ex.submit(cell, i) for i in range(cells)]
     unthrottled_s = time.monotonic() - t0
     scancel(*[j.job_id for j in unthrottled])

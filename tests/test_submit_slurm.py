@@ -11,10 +11,9 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
-from playpen.submit import executor as exe
-from playpen.submit import jobs, status
+from playpen.submit import jobs, plan, render, send, watch
 from playpen.submit.cli import main
-from playpen.submit.launch import TaskInfo
+from playpen.submit.jobs import TaskInfo
 from playpen.submit.profiles import load_profile
 from tests.devcluster import devcluster, wait_until  # noqa: F401  (devcluster: the session fixture)
 from tests.test_submit import assert_clean, printed, run_cli, submit_probe, write_sft_config
@@ -104,8 +103,8 @@ def test_preempted_job_requeues_and_resumes_to_the_same_run(launched):
     wait_until(lambda: list(run.run_dir.glob("checkpoints/checkpoint-*/trainer_state.json")), 240,
                "a first checkpoint")
     sh("scancel", "--signal=USR2", run.job_id)
-    sub = status.load_submissions(run.run_dir)[-1]
-    final = wait_until(lambda: (s := status.job_states(sub)[run.job_id][0]) in ("COMPLETED", "FAILED") and s,
+    sub = watch.load_submissions(run.run_dir)[-1]
+    final = wait_until(lambda: (s := watch.job_states(sub)[run.job_id][0]) in ("COMPLETED", "FAILED") and s,
                        300, "the requeued job to finish", interval=1)
     print(f"preempted GRPO job: submit → COMPLETED {time.monotonic() - run.started:.1f} s")
     assert final == "COMPLETED", run_cli("status", str(run.run_dir), "-n", "30").stdout
@@ -156,7 +155,7 @@ def test_two_node_ddp_job_trains_one_model_on_node1_and_node2(launched):
     assert state["global_step"] == DDP["steps"]
     assert state["epoch"] == pytest.approx(DDP["steps"] * DDP["batch"] * 2 / DDP["rows"])
     assert (run.run_dir / "final" / "adapter_model.safetensors").is_file()
-    sub = status.load_submissions(run.run_dir)[-1]
+    sub = watch.load_submissions(run.run_dir)[-1]
     assert "Job completed successfully" in sub.log_paths(run.job_id, task=1)[0].read_text()
 
 
@@ -171,8 +170,9 @@ class Spin(jobs.PlaypenJob):
 
 def test_requeues_are_bounded_by_the_profile(devcluster, tmp_path):  # noqa: F811
     profile = load_profile("devcluster")
-    ex = exe.make_executor("slurm", tmp_path / "jobs", profile, exe.Resources(), "spin", tmp_path / "runs")
-    with exe.submission_env(profile):
+    launch = plan.launch("slurm", tmp_path / "jobs", profile, tmp_path / "runs", "spin")
+    ex = render.executor(launch)
+    with send.submission_env(launch):
         job = ex.submit(Spin(str(tmp_path), max_requeues=0))
     wait_until(lambda: (tmp_path / "running").exists(), 30, "the job to start")
     sh("scancel", "--signal=USR2", job.job_id)

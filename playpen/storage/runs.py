@@ -140,10 +140,21 @@ class RunDir:
     @classmethod
     def for_experiment(cls, storage_root: str | Path | None, experiment: str, run_id: str | None = None) -> "RunDir":
         """<storage_root>/<experiment>/<run_id>, by `path_under`: safe names, no link followed, inside the root."""
-        run_id = check_name(run_id or new_run_id(), "run_id")
-        check_name(experiment, "experiment")
-        model_name = f"{experiment}-{run_id}"
-        if "--" in model_name or not is_safe_name(model_name):  # (`a--b`: model a's results with partner b)
-            raise PlaypenError(f"experiment and run_id make the model name {model_name!r}, which names results "
-                               f"folders and must be {NAME_RULE} without '--'; shorten or rename them")
+        run_id = _check_run_names(experiment, run_id or new_run_id())
         return cls(path_under(resolve_storage_root(storage_root), experiment, run_id, what="run folder"))
+
+    @classmethod
+    def under(cls, root: Path, experiment: str, run_id: str) -> "RunDir":
+        """As `for_experiment`, under a root that is already resolved and checked (nothing is created)."""
+        return cls(path_under(root, experiment, _check_run_names(experiment, run_id), what="run folder"))
+
+
+def _check_run_names(experiment: str, run_id: str) -> str:
+    """`run_id` if it and `experiment` are safe names that together make a model name (no '--')."""
+    run_id = check_name(run_id, "run_id")
+    check_name(experiment, "experiment")
+    model_name = f"{experiment}-{run_id}"
+    if "--" in model_name or not is_safe_name(model_name):  # (`a--b`: model a's results with partner b)
+        raise PlaypenError(f"experiment and run_id make the model name {model_name!r}, which names results "
+                           f"folders and must be {NAME_RULE} without '--'; shorten or rename them")
+    return run_id

@@ -17,35 +17,14 @@ prints one line `playpen: error: ...` and exits 2 (playpen.cli is the one place 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
-from dataclasses import replace
-from pathlib import Path
 
-from playpen.config import find_config, packaged_configs
 from playpen.doctor.features import FEATURES
-from playpen.errors import PlaypenError
-from playpen.storage import make_folder, timestamp
-from playpen.submit import executor as exe
 from playpen.submit import jobs
-from playpen.submit import status
-from playpen.submit.plans import Plan, plan_doctor, plan_eval, plan_meter, plan_sweep, plan_tournament, plan_train
-from playpen.submit.profiles import ClusterProfile, load_profile, with_container
-from playpen.submit.watch import print_dry_run, print_submitted, show_logs, wait
-from playpen.train import METHODS
-
-DOCTOR_TIME_MIN = 15
-TRAIN_METHODS = tuple(METHODS)  # the one list: playpen.train.METHODS
-SUBMIT_COMMANDS = (*TRAIN_METHODS, "eval", "meter", "sweep", "tournament")
-
-
-# with no --config: the embedded default of each command, on playpen-tiny (the demo's GRPO config for grpo)
-DEFAULT_CONFIGS = {"sft": "sft/tiny_lora.yaml", "dpo": "dpo/tiny_rollouts.yaml", "grpo": "grpo/demo.yaml",
-                   "rloo": "grpo/tiny_reward_model.yaml", "reward": "reward/tiny_sentiment.yaml",
-                   "eval": "eval/tiny.yaml", "meter": "meter/tiny_vader.yaml", "sweep": "sweeps/tiny.yaml",
-                   "tournament": "debate/tournament_tiny.yaml", "rft": "rft/tiny_numberguess.yaml",
-                   "distill": "distill/tiny_numberguess.yaml"}
+from playpen.submit.plan import DEFAULT_CONFIGS, EXECUTORS, SUBMIT_COMMANDS, TRAIN_METHODS, read_plan
+from playpen.submit.render import print_dry_run, render
+from playpen.submit.send import send
+from playpen.submit.watch import render_status, show_logs, watch
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,7 +74,7 @@ def job_options(p: argparse.ArgumentParser) -> None:
                    help="GPUs per node, one task each (default: the profile's gpus_per_node)")
     p.add_argument("--cluster", default=None,
                    help="cluster profile name or YAML file (default: $PLAYPEN_CLUSTER or local)")
-    p.add_argument("--executor", choices=exe.EXECUTORS, default=None,
+    p.add_argument("--executor", choices=EXECUTORS, default=None,
                    help="default: slurm when a SLURM controller answers, else local")
     p.add_argument("--container", default=None, metavar="IMAGE.sif|none",
                    help="run inside this image (default: the profile's), none: without one")
@@ -131,7 +110,7 @@ def kind_keys(kind: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if args.submit_command == "status":
-        print(status.render_status(args.path, args.lines))
+        print(render_status(args.path, args.lines))
         return 0
     if args.submit_command == "logs":
         return show_logs(args)
@@ -146,100 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     return playpen_main(["submit", *(sys.argv[1:] if argv is None else argv)])
 
 
-def default_config(command: str) -> str:
-    path = packaged_configs() / DEFAULT_CONFIGS[command]
-    if not path.is_file():
-        raise PlaypenError(f"no --config given and the default {path} is not there (a broken install?); "
-                           f"pass --config FILE")
-    print(f"playpen: no --config: submitting the default {path}", file=sys.stderr, flush=True)
-    return str(path)
-
-
 # ---------------------------------------------------------------- submit
 
 def submit(args: argparse.Namespace) -> int:
-    """Check everything, plan the job(s), then submit (or print the script for --dry-run)."""
-    profile = with_container(load_profile(args.cluster), args.container)
-    if args.command == "doctor":  # a short time limit: the scheduler backfills it sooner
-        profile = replace(profile, time=min(profile.time_min, DOCTOR_TIME_MIN))
-    kind = (args.executor or "slurm") if args.dry_run else exe.resolve_executor(args.executor)
-    gpus = profile.gpus_per_node if args.gpus_per_node is None else args.gpus_per_node
-    res = exe.Resources(nodes=args.nodes, gpus_per_node=gpus,
-                        one_task=args.command not in (*TRAIN_METHODS, "doctor"))
-    exe.check_resources(kind, profile, res, ask_slurm=not args.dry_run)
-    if not args.dry_run:
-        profile = exe.check_container(profile)
-    config = "" if args.command == "doctor" else \
-        str(find_config(args.config).absolute()) if args.config else default_config(args.command)
-    if args.command == "doctor":
-        plan = plan_doctor(args, profile, res)
-    elif args.command in TRAIN_METHODS:
-        plan = plan_train(args, profile, config, res)
-    elif args.command == "eval":
-        plan = plan_eval(args, profile, config, res)
-    elif args.command == "meter":
-        plan = plan_meter(args, profile, config, res)
-    else:
-        plan = (plan_sweep if args.command == "sweep" else plan_tournament)(args, profile, config, res, kind)
-        if plan is None:
-            return 0
-    stamp = f"{timestamp()}-{os.getpid()}"
-    folder = status.log_dir(plan.directory) / "submitit" / stamp  # fresh per submission: job ids (local: pids) recur
-    if args.dry_run:
-        if profile.container.image and not Path(profile.container.image).expanduser().is_file():
-            # the script may be meant for another machine, where the image is: print it, but say so
-            print(f"playpen: warning: container image {profile.container.image} not found here; the script "
-                  f"names it (build it with `make image`, or pass --container none)", file=sys.stderr, flush=True)
-        return print_dry_run(kind, folder, profile, res, plan, f"playpen-{args.command}")
-    ex = exe.make_executor(kind, folder, profile, res, f"playpen-{args.command}", plan.storage_root)
-    if plan.kind == "train":
-        refuse_concurrent(plan.directory)
-    sub, submitted = send(args, kind, profile, res, plan, ex)
-    print_submitted(sub, res)
-    if not args.wait:
+    """plan → render → send → watch: every check runs while the plan is read, before anything is submitted;
+    --dry-run prints the rendered job and submits nothing."""
+    plan = read_plan(args)
+    if plan is None:  # a sweep or tournament with nothing left to run
         return 0
-    code = wait(sub, submitted)
-    if plan.aggregate is not None:
-        plan.aggregate[0](plan.aggregate[1])
-    if plan.report is not None:
-        print(plan.report())
-    return code or (plan.verdict() if plan.verdict is not None else 0)
-
-
-def send(args: argparse.Namespace, kind: str, profile: ClusterProfile, res: exe.Resources, plan: Plan,
-         ex) -> tuple[status.Submission, list]:
-    """Submit from a clean environment and record the submission next to the results."""
-    folder = make_folder(ex.folder, "job log folder", root=plan.directory)  # (no level of it a link)
-    after = []
-    with exe.submission_env(profile, kind, plan.storage_root, folder / "local-controller.log"):
-        if plan.array is None:
-            submitted = [ex.submit(plan.job)]
-        elif kind == "slurm":  # one job array: one sbatch for all cells
-            submitted = ex.map_array(plan.job, plan.array)
-        else:  # local: `array_parallelism` worker processes share the cells
-            submitted = [ex.submit(plan.job, cells) for cells in plan.array]
-        if plan.aggregate is not None and kind == "slurm":  # aggregate once the whole array has ended
-            agg = exe.make_executor(kind, folder, profile, exe.Resources(), f"playpen-{args.command}-aggregate",
-                                    plan.storage_root)
-            agg.update_parameters(dependency=f"afterany:{submitted[0].job_id.split('_')[0]}")
-            after.append(agg.submit(*plan.aggregate).job_id)
-    sub = status.Submission(kind=plan.kind, what=args.command, executor=kind, profile=profile.name,
-                            job_ids=[j.job_id for j in submitted], folder=str(folder), directory=str(plan.directory),
-                            tasks=1 if plan.array is not None else res.nodes * res.tasks_per_node,
-                            max_requeues=profile.max_requeues, argv=sys.argv[:],
-                            time=time.strftime("%Y-%m-%dT%H:%M:%S"), after=after)
-    status.record_submission(sub)
-    return sub, submitted
-
-
-def refuse_concurrent(run_dir: Path) -> None:
-    """Two jobs training into one run dir would corrupt it: refuse while an earlier one is queued or running."""
-    try:
-        previous = status.load_submissions(run_dir)[-1]
-    except PlaypenError:
-        return
-    active = {j: s for j, (s, _) in status.job_states(previous).items() if s in status.ACTIVE_STATES}
-    if active:
-        job_id, state = next(iter(active.items()))
-        raise PlaypenError(f"run dir {run_dir} already has job {job_id} {state}; wait for it, cancel it "
-                           f"({previous.cancel_command()}), or pass run_id=<new id> for a separate run")
+    if plan.dry_run:
+        return print_dry_run(plan)
+    submission, submitted = send(plan, render(plan))
+    return watch(plan, submission, submitted, args.wait)

@@ -1,15 +1,22 @@
-"""The callables a job runs. Each is a `submitit.helpers.Checkpointable`: on the preemption/timeout signal (USR2)
-submitit pickles it and requeues the job; the rerun calls the same entry point with the same run id, and the
-entry point resumes from the last checkpoint it wrote. The number of requeues is bounded (`max_requeues`) and
-every start, preemption and end is appended to the run's `logs/job-events.jsonl` (what `status` reports).
+"""What runs inside a job: the callables, and the rendezvous of the job's tasks.
+
+Each callable is a `submitit.helpers.Checkpointable`: on the preemption/timeout signal (USR2) submitit pickles it
+and requeues the job; the rerun calls the same entry point with the same run id, and the entry point resumes from
+the last checkpoint it wrote. The number of requeues is bounded (`max_requeues`) and every start, preemption and
+end is appended to the run's `logs/job-events.jsonl` (what `status` reports).
 
 Jobs call entry points only (`playpen.train.train`, `playpen.eval`); they know nothing of TRL internals.
+
+Multi-node rendezvous: one task per GPU (or one per node on CPU), torch.distributed's env:// variables taken from
+the allocation — the first node is the master, the port is derived from the job id (submitit's
+`TorchDistributedEnvironment`), so every task of one job computes the same address without talking.
 """
 from __future__ import annotations
 
+import os
 import socket
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -19,14 +26,51 @@ from playpen.config import signature_dataclass
 from playpen.defaults import EVAL_BOUNDS, EVAL_HELP
 from playpen.eval.evaluation import evaluate
 from playpen.storage import Location, append_jsonl, read_jsonl
-from playpen.submit.launch import TaskInfo, setup_distributed
 
+LOGS = "logs"  # <run, results, sweep ... dir>/logs: a submission's records, its jobs' logs and events
 EVENTS_FILE = "job-events.jsonl"
 
 
 def job_events(log_dir: str | Path) -> list[dict]:
     return read_jsonl(Path(log_dir) / EVENTS_FILE)
 
+
+# ---------------------------------------------------------------- the rendezvous
+
+DIST_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    job_id: str
+    rank: int
+    world_size: int
+    local_rank: int
+    host: str
+    master: str  # "addr:port", or "" for a single-task job
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def setup_distributed(use_gpus: bool) -> TaskInfo:
+    """Export RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT for this task when the job has several tasks.
+
+    A single-task job exports nothing (the trainer then runs as a plain process). With GPUs each task sees only
+    its own device (CUDA_VISIBLE_DEVICES = local rank), so every rank uses `cuda:0`.
+    """
+    job = submitit.JobEnvironment()
+    if job.num_tasks <= 1:
+        for name in DIST_VARS:  # a stale rendezvous from an outer launcher must not make us a rank
+            os.environ.pop(name, None)
+        return TaskInfo(str(job.job_id), 0, 1, 0, socket.gethostname(), "")
+    dist = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=use_gpus, overwrite=True)
+    return TaskInfo(str(job.job_id), dist.rank, dist.world_size, dist.local_rank, socket.gethostname(),
+                    f"{dist.master_addr}:{dist.master_port}")
+
+
+# ---------------------------------------------------------------- the callables
 
 class PlaypenJob(submitit.helpers.Checkpointable):
     """Bookkeeping shared by all jobs: event log, bounded requeues, rendezvous of multi-task jobs."""

@@ -27,22 +27,6 @@ VARIABLES_ONLY = "a value may use $NAME or ${NAME} and nothing else a shell eval
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SBATCH_OPTION = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")  # an sbatch long option's name: one word, no `=`
 
-# The submitting shell's variables a job inherits: an allow-list of what the toolchain, the libraries and the
-# cluster's module system read. A deny-list of credential patterns always misses one (SSHPASS, *_PAT, *_CREDS,
-# DATABASE_URL); anything else reaches a job only when the profile lists it in `env_keep`.
-INHERITED_ENV_NAMES = frozenset((
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR", "PWD", "HOSTNAME",
-    "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "PKG_CONFIG_PATH", "MANPATH", "VIRTUAL_ENV", "MODULEPATH",
-    "MODULESHOME", "LOADEDMODULES", "_LMFILES_", "SLURM_CONF", "TOKENIZERS_PARALLELISM", "MPLBACKEND",
-    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "OMPI_MCA_btl"))
-INHERITED_ENV_PREFIXES = ("LC_", "XDG_", "PLAYPEN_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH", "PYTORCH_",
-                          "CUDA_", "CUDNN_", "NVIDIA_", "NCCL_", "OMP_", "MKL_", "OPENBLAS_", "PYTHON", "CONDA",
-                          "APPTAINER", "SINGULARITY", "LMOD_", "TRITON_", "DS_", "ACCELERATE_", "BASH_FUNC_")
-# ... minus those that would mislead a job (a job submitted from a job would inherit its rank or GPUs) and any
-# allowed name that still looks like a credential (HF_TOKEN, HUGGINGFACE_HUB_TOKEN)
-DROPPED_ENV_NAMES = ("CUDA_VISIBLE_DEVICES",)
-SECRET_PATTERN = re.compile(r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|PAT|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|KEY|"
-                            r"CREDENTIALS?|CREDS|AUTH)(?:_|$)", re.I)
 MAX_TIME_MIN = 365 * 24 * 60  # a year: above any partition's MaxTime
 
 
@@ -218,17 +202,3 @@ def with_container(profile: ClusterProfile, image: str | None) -> ClusterProfile
         raise PlaypenError(f"--container {image!r} contains a control character (newline, tab, ...)")
     check_variables_only(image, "--container")
     return replace(profile, container=replace(profile.container, image=None if image == "none" else image))
-
-
-def job_submission_env(environ: dict[str, str], profile: ClusterProfile) -> dict[str, str]:
-    """The submitting shell's variables a job may inherit: the allow-list (INHERITED_ENV_*) without credential-like
-    names, plus the profile's `env_keep`. SLURM's and torch.distributed's own are not on it."""
-    keep = set(profile.env_keep)
-
-    def inherited(name: str) -> bool:
-        if name in keep:
-            return True
-        allowed = name in INHERITED_ENV_NAMES or name.startswith(INHERITED_ENV_PREFIXES)
-        return allowed and name not in DROPPED_ENV_NAMES and not SECRET_PATTERN.search(name)
-
-    return {k: v for k, v in environ.items() if inherited(k)}
