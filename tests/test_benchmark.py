@@ -22,8 +22,8 @@ from playpen.errors import PlaypenError
 from playpen.games.instances import generate_instances, instances_file, read_instances
 from playpen.games.registry import resolve_game, select_games
 
-from tests.conftest import playpen_ok as playpen
-from tests.conftest import run_ok as run
+from tests.helpers import playpen_ok as playpen
+from tests.helpers import run_ok as run
 
 MINIBENCH = Path(__file__).resolve().parent / "data" / "minibench"
 DIALOGUE, STATIC = ["taboo", "wordle", "wordle_hard"], ["mathquiz"]  # in clem's search order

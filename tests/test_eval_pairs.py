@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import playpen_ok as playpen
-from tests.conftest import run_ok as run
+from tests.helpers import playpen_ok as playpen
+from tests.helpers import run_ok as run
 
 MINIBENCH = Path(__file__).resolve().parent / "data" / "minibench"
 CLEM = str(Path(sys.executable).with_name("clem"))

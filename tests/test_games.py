@@ -20,7 +20,7 @@ from playpen import games
 from playpen.games.common import read_lines
 from playpen.games.registry import game_entries
 from playpen.registry import resolve_model
-from tests.paths import CLEMBENCH_SAMPLE as FIXTURES
+from tests.helpers import CLEMBENCH_SAMPLE as FIXTURES
 
 GAMES = games.BUILTIN_GAMES
 WORDLE_SCORES = {1: 100, 2: 100, 3: 100, 4: 50, 5: 30, 6: 20}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import os
 import subprocess
 import sys
 import time
@@ -16,34 +15,10 @@ from playpen.submit import executor as exe
 from playpen.submit import jobs
 from playpen.submit.cli import main
 from playpen.submit.profiles import available, load_profile, parse_time_min
+from tests.helpers import assert_clean, printed, submit_cli, submit_probe, write_sft_config
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = str(Path(sys.executable).parent)  # python, no sbatch/srun/apptainer
-SECRET = "s3cr3t-value-that-must-not-leak"
-
-
-def write_sft_config(tmp_path: Path, steps: int = 4, save_steps: int = 2, rows: int = 32) -> Path:
-    """A tiny SFT run on playpen-tiny (the data is generated here)."""
-    data = tmp_path / "sft.jsonl"
-    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"What is {i} + {i}?"},
-                                                     {"role": "assistant", "content": str(2 * i)}]}) + "\n"
-                            for i in range(rows)))
-    config = tmp_path / "sft.yaml"
-    config.write_text(f"experiment: submit-test\ndata: {data}\nstorage_root: {tmp_path / 'runs'}\n"
-                      f"trainer:\n  max_steps: {steps}\n  save_steps: {save_steps}\n"
-                      f"  per_device_train_batch_size: 4\n")
-    return config
-
-
-def run_cli(*args: str, env: dict | None = None, timeout: float = 180, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "playpen.submit", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, env=env)
-
-
-def printed(output: str, label: str) -> str:
-    """The value after `label:` in the submit printout (run dir, cancel, ...)."""
-    line = next(line for line in output.splitlines() if line.strip().startswith(f"{label}:"))
-    return line.split(":", 1)[1].strip()
 
 
 # ---------------------------------------------------------------- profiles
@@ -244,13 +219,13 @@ def test_bad_input_is_one_line_and_submits_nothing(case, tmp_path, monkeypatch, 
 
 def test_without_config_the_embedded_default_is_submitted(tmp_path):
     """The card's own command: `python -m playpen.submit grpo --nodes 2` takes the demo config and says so."""
-    proc = run_cli("grpo", "--nodes", "2", "--dry-run", f"storage_root={tmp_path / 'runs'}")
+    proc = submit_cli("grpo", "--nodes", "2", "--dry-run", f"storage_root={tmp_path / 'runs'}")
     assert proc.returncode == 0, proc.stderr
     default = REPO / "playpen" / "configs" / "grpo" / "demo.yaml"  # the packaged copy of configs/grpo/demo.yaml
     assert proc.stderr.strip() == f"playpen: no --config: submitting the default {default}"
     assert "#SBATCH --nodes=2" in proc.stdout and "grpo-demo" in proc.stdout
     for command, default in (("sft", "sft/tiny_lora.yaml"), ("eval", "eval/tiny.yaml")):
-        proc = run_cli(command, "--dry-run", f"storage_root={tmp_path / 'runs'}")
+        proc = submit_cli(command, "--dry-run", f"storage_root={tmp_path / 'runs'}")
         assert proc.returncode == 0 and str(REPO / "playpen" / "configs" / default) in proc.stderr, proc.stderr
     assert not (tmp_path / "runs").exists()
 
@@ -260,7 +235,7 @@ def test_an_eval_job_with_a_partner_is_checked_and_named_by_the_pair(tmp_path):
     results folder named MODEL--PARTNER as clem names the records inside it."""
     spec = tmp_path / "e.yaml"
     spec.write_text("model: playpen-tiny\npartner: mock\ngames: [taboo]\n")
-    proc = run_cli("eval", "--config", str(spec), "--executor", "local", "--dry-run",
+    proc = submit_cli("eval", "--config", str(spec), "--executor", "local", "--dry-run",
                    f"storage_root={tmp_path / 'runs'}")
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"eval dir \S+/runs/eval/playpen-tiny--mock-\d{8}-\d{6}\b", proc.stdout), proc.stdout
@@ -292,7 +267,7 @@ def test_missing_config_file_and_status_of_a_non_run(tmp_path, capsys):
 def test_local_executor_trains_and_status_reports_it(tmp_path):
     config = write_sft_config(tmp_path, steps=4, save_steps=2)
     t0 = time.monotonic()
-    proc = run_cli("sft", "--config", str(config), "--executor", "local", "--wait")
+    proc = submit_cli("sft", "--config", str(config), "--executor", "local", "--wait")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     print(f"local SFT job, submit → result: {time.monotonic() - t0:.1f} s")
     run_dir = Path(printed(proc.stdout, "run dir"))
@@ -305,50 +280,15 @@ def test_local_executor_trains_and_status_reports_it(tmp_path):
     events = [e["event"] for e in jobs.job_events(run_dir / "logs")]
     assert events == ["started", "finished"]
     assert "  step 4/4 (100 %)  loss " in proc.stdout  # --wait streamed the run's progress from its metrics
-    status = run_cli("status", str(run_dir))
+    status = submit_cli("status", str(run_dir))
     assert status.returncode == 0 and "FINISHED" in status.stdout and "0 requeue(s) (max 3)" in status.stdout
     assert "progress: step 4/4 (100 %)  loss " in status.stdout
     short = subprocess.run([sys.executable, "-m", "playpen.cli", "status", str(run_dir)], capture_output=True,
                            text=True, timeout=60)
     assert short.stdout.splitlines()[:4] == status.stdout.splitlines()[:4]  # `playpen status` is the same command
     assert "latest checkpoint-4" in status.stdout and "[playpen] done" in status.stdout
-    logs = run_cli("logs", str(run_dir))
+    logs = submit_cli("logs", str(run_dir))
     assert "Job completed successfully" in logs.stdout
-
-
-def probe_environment() -> dict:
-    return {k: v for k, v in os.environ.items()
-            if k in ("HF_TOKEN", "MY_API_KEY", "SLURM_JOB_NAME", "SBATCH_PARTITION", "RANK", "PLAYPEN_STORAGE",
-                     "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "PATH", "SLURM_CONF")}
-
-
-def submit_probe(kind: str, tmp_path: Path, monkeypatch, profile=None) -> tuple[dict, Path]:
-    """Submit `probe_environment` from a shell holding secrets and SLURM variables of an outer job."""
-    import cloudpickle
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    for name, value in {"HF_TOKEN": SECRET, "MY_API_KEY": SECRET, "SLURM_JOB_NAME": "outer-job",
-                        "SBATCH_PARTITION": "urgent", "RANK": "5"}.items():
-        monkeypatch.setenv(name, value)
-    profile = profile or load_profile("devcluster")
-    folder = tmp_path / "probe"
-    ex = exe.make_executor(kind, folder, profile, exe.Resources(), "probe", tmp_path / "runs")
-    with exe.submission_env(profile, kind, tmp_path / "runs"):
-        job = ex.submit(probe_environment)
-    assert os.environ["HF_TOKEN"] == SECRET  # the submitting process keeps its own environment
-    deadline = time.monotonic() + 60
-    while not job.done() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return job.result(), folder
-
-
-def assert_clean(seen: dict, folder: Path) -> None:
-    assert not {"HF_TOKEN", "MY_API_KEY", "SBATCH_PARTITION", "RANK"} & set(seen), seen
-    assert seen.get("SLURM_JOB_NAME") != "outer-job"
-    assert seen["PLAYPEN_STORAGE"].endswith("runs") and seen["OMP_NUM_THREADS"] == "1"
-    for path in folder.rglob("*"):
-        if path.is_file():
-            assert SECRET.encode() not in path.read_bytes(), path
 
 
 def test_local_job_environment_is_clean(tmp_path, monkeypatch):
@@ -389,13 +329,13 @@ def test_train_job_pins_the_run_id():
 def test_meter_runs_as_a_job(tmp_path):
     """`playpen meter` as a submitted job: the YAML's keys are meter's own flags (checked by its parser before
     anything is submitted), the results land under <storage_root>/meter/."""
-    proc = run_cli("meter", "--executor", "local", "--wait", f"storage_root={tmp_path / 'runs'}", "samples=2",
+    proc = submit_cli("meter", "--executor", "local", "--wait", f"storage_root={tmp_path / 'runs'}", "samples=2",
                    "limit=3", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     folder = Path(printed(proc.stdout, "meter dir"))
     summary = json.loads((folder / "playpen-tiny.summary.json").read_text())
     assert folder.parent == tmp_path / "runs" / "meter" and summary["n"] == 6 and summary["samples_per_prompt"] == 2
     assert (folder / "histogram.png").is_file() and "finished: {'results_dir': " in proc.stdout
-    bad = run_cli("meter", "--executor", "local", f"storage_root={tmp_path / 'runs'}", "sampels=2", cwd=tmp_path)
+    bad = submit_cli("meter", "--executor", "local", f"storage_root={tmp_path / 'runs'}", "sampels=2", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("playpen: error: ")
     assert "unknown key 'sampels'" in bad.stderr and len(list((tmp_path / "runs" / "meter").iterdir())) == 1
