@@ -37,6 +37,7 @@ def local_report(tmp_path_factory):
     return code, json.loads(path.read_text()), root
 
 
+@pytest.mark.slow
 def test_doctor_checks_every_section_here(local_report, capsys):
     code, report, root = local_report
     assert code == 0 and report["overall"] in (OK, WARN), table([Check(**c) for c in report["checks"]])
@@ -170,6 +171,7 @@ def test_submit_doctor_dry_run_and_bad_input(tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "no key=value" in bad.stderr
 
 
+@pytest.mark.slow
 def test_submit_doctor_as_a_local_job(tmp_path):
     proc = run_submit("doctor", "--executor", "local", "--wait", "--storage-root", str(tmp_path), *ALL_FEATURES)
     assert proc.returncode == 0, proc.stdout + proc.stderr

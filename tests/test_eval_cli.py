@@ -157,6 +157,7 @@ def test_cli_module_is_light():
     assert out == "[]"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("player", ["engine", "clemcore"])
 def test_eval_screen_shows_the_table_and_the_log_goes_to_the_results(tiny, tmp_path, player):
     """clemcore's INFO lines, its scoring/batch bars and transformers' loading bars stay off the screen; they are
@@ -179,6 +180,7 @@ def test_eval_screen_shows_the_table_and_the_log_goes_to_the_results(tiny, tmp_p
 
 # ---------------------------------------------------------------- no episode finished, no model, no folder
 
+@pytest.mark.slow
 def test_eval_where_no_episode_finished_writes_no_scores(dead_partner, clean_cwd):
     results = clean_cwd / "res"
     err = refused_in_subprocess(clean_cwd, "eval", dead_partner, "-g", "wordle", "--instances", "2", "-r", str(results))
@@ -187,6 +189,7 @@ def test_eval_where_no_episode_finished_writes_no_scores(dead_partner, clean_cwd
     assert not list(results.glob("*.val.json")) and not (results / "results.csv").exists()
 
 
+@pytest.mark.slow
 def test_a_replay_where_no_episode_finished_keeps_the_earlier_records(dead_partner, clean_cwd):
     """`playpen eval M -g G -r DIR` replays G; if this time no episode finishes (the model's service is down),
     the records G had in DIR stay and are scored, with a warning: nothing on disk is lost."""

@@ -304,6 +304,7 @@ def test_demonstrations_are_diverse_chat_transcripts():
 
 # ------------------------------------------------------------------ the clem CLI on the tiny model
 
+@pytest.mark.slow
 def test_clem_run_and_score_wordle_with_playpen_tiny(tmp_path):
     from playpen.models.tiny import ensure_tiny_model
 

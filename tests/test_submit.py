@@ -217,6 +217,7 @@ def test_bad_input_is_one_line_and_submits_nothing(case, tmp_path, monkeypatch, 
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.slow
 def test_without_config_the_embedded_default_is_submitted(tmp_path):
     """The card's own command: `python -m playpen.submit grpo --nodes 2` takes the demo config and says so."""
     proc = submit_cli("grpo", "--nodes", "2", "--dry-run", f"storage_root={tmp_path / 'runs'}")

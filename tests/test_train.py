@@ -249,6 +249,7 @@ def test_corrupt_checkpoint_names_the_file(capsys, storage, data):
 
 # ---------------------------------------------------------------- a partner that fails
 
+@pytest.mark.slow
 def test_grpo_stops_when_the_teacher_fails(dead_partner, clean_cwd):
     err = refused_in_subprocess(clean_cwd, "train", "grpo", "storage_root=runs", "experiment=dead", "run_id=r1",
                                 "game=taboo", f"partner={dead_partner}", "self_play=false", "instances=2",

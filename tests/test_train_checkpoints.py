@@ -135,6 +135,7 @@ def test_a_stray_file_named_like_a_checkpoint(tmp_path):
         find_resume_checkpoint(tmp_path)
 
 
+@pytest.mark.slow
 def test_a_file_size_limit_during_a_checkpoint_save_is_one_line(clean_cwd, run_inputs):
     """`ulimit -f` (as a full disk or quota): one line saying how to resume, not a safetensors traceback; the rerun
     skips the cut-off checkpoint."""

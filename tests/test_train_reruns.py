@@ -200,6 +200,7 @@ def test_a_huge_iterations_count_does_not_hang_the_resume_check(tmp_path):
     assert time.perf_counter() - started < 5
 
 
+@pytest.mark.slow
 def test_ctrl_c_says_which_checkpoint_the_rerun_resumes_from(clean_cwd):
     """Ctrl-C (SIGINT) during training: one line naming the checkpoint the same command resumes from."""
     import signal
