@@ -32,10 +32,10 @@ quality: $(VENV)/.installed  ## lint (ruff), the import layers (import-linter), 
 	$(VENV)/bin/mypy  # the files in pyproject.toml's [tool.mypy]; cache in .mypy_cache/
 
 test: setup quality  ## lint, then the whole suite, SLURM tests included (they start the dev cluster themselves)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)
 
-test-fast: setup  ## the inner loop: no slow tests, no SLURM cluster
-	$(PY) -m pytest -m "not slow and not slurm" $(PYTEST_ARGS)
+test-fast: setup  ## the inner loop: no slow tests (> ~5 s each), no SLURM cluster
+	$(PY) -m pytest -m "not slow and not slurm" --durations=15 $(PYTEST_ARGS)
 
 demo: setup  ## GRPO+LoRA self-play on playpen-tiny through the same submit path a cluster user takes
 	$(PY) -m playpen.submit grpo --config grpo/demo --executor local --wait

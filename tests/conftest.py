@@ -1,15 +1,21 @@
-"""What several test files share: the tiny model as a folder, a (model, tokenizer) pair, a policy and an engine;
-a training call into a scratch storage root; and the checks of bad input (one error line, nothing written)."""
+"""The fixtures the test files share; each name means one thing everywhere. Plain helpers are in helpers.py.
+
+Models: `tiny` (playpen-tiny's folder), `tiny_model`, `policy`, `numberguess_player`. Working folders, each made
+the current directory: `clean_cwd` (empty), `stocked_cwd` (one input file of each kind, for refused inputs),
+`storage` (the storage root of training runs under an empty one). Inputs: `run_inputs` (the data files of
+helpers.RUNS), `dead_partner` (a registered model whose service is down). `fresh_notes`: deprecation notes print
+again, as in a new process. `devcluster`: the local SLURM dev cluster (tests/devcluster.py)."""
 from __future__ import annotations
 
-import hashlib
-import subprocess
-import sys
+import json
+import os
+import socket
 from pathlib import Path
 
 import pytest
 
 from tests.devcluster import devcluster  # noqa: F401  (session fixture: the local SLURM dev cluster)
+from tests.helpers import train
 
 
 @pytest.fixture(scope="session")
@@ -40,14 +46,6 @@ def policy(tiny_model):
     return LocalPolicy(*tiny_model, name="playpen-tiny")
 
 
-def engine(policy, **settings):
-    """A quiet RolloutEngine with short greedy replies unless `settings` say otherwise."""
-    from playpen.rollout import RolloutEngine
-
-    return RolloutEngine(policy, **{"max_new_tokens": 12, "temperature": 0.0, "batch_size": 8, "progress": False,
-                                    **settings})
-
-
 @pytest.fixture
 def storage(tmp_path, monkeypatch) -> Path:
     """A scratch working folder; the storage root of training runs under it."""
@@ -55,53 +53,118 @@ def storage(tmp_path, monkeypatch) -> Path:
     return tmp_path / "runs"
 
 
-def train(method: str, storage: Path, *overrides: str, cpu_threads: int | None = 1):
-    """`playpen train METHOD` with the method's default config and `overrides`, into `storage`."""
-    from playpen.train import train as run
-
-    threads = [f"cpu_threads={cpu_threads}"] if cpu_threads else []
-    return run(method, None, [f"storage_root={storage}", *threads, *overrides])
-
-
-def fails(capsys, argv: list[str], storage: Path | None = None, nothing_at_all: bool = False) -> str:
-    """`playpen ARGV` exits 2 with one `playpen: error:` line, which is returned; under `storage` no folder was
-    made (with `nothing_at_all`, no file either)."""
-    from playpen.cli import main
-
-    capsys.readouterr()
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("playpen: error: ") and "\n" not in err, err
-    if storage is not None and storage.exists():
-        written = [p for p in storage.rglob("*") if nothing_at_all or p.is_dir()]
-        assert not written, written
-    return err
+@pytest.fixture
+def clean_cwd(tmp_path, monkeypatch) -> Path:
+    """A clean working folder, made the current directory (no key.json, model_registry.json or runs of other
+    tests; $PLAYPEN_STORAGE unset)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PLAYPEN_STORAGE", raising=False)
+    return tmp_path
 
 
-def snapshot(folder: Path) -> dict[str, str]:
-    """Every file (its content hash) and folder under `folder`."""
-    return {str(p.relative_to(folder)): hashlib.sha1(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-            for p in sorted(folder.rglob("*"))}
+@pytest.fixture
+def stocked_cwd(tmp_path, monkeypatch) -> Path:
+    """A working folder with one file of each kind a user may name (data, configs, a binary, a folder, broken
+    JSON and YAML, a trainer file, a project folder with a model registry), made the current directory, and a
+    home without key.json (models and caches stay where they are, so nothing is rebuilt)."""
+    import clemcore  # noqa: F401  (importing it opens ./clembench.log: done before the folder compared is entered)
+
+    from playpen.model_registry import playpen_home
+
+    monkeypatch.setenv("PLAYPEN_HOME", str(playpen_home()))
+    monkeypatch.setenv("HF_HOME", os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface"))
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    monkeypatch.delenv("PLAYPEN_STORAGE", raising=False)
+    monkeypatch.delenv("PLAYPEN_CLUSTER", raising=False)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    row = {"messages": [{"role": "user", "content": "2 + 2?"}, {"role": "assistant", "content": "4"}]}
+    (work / "sft.jsonl").write_text(json.dumps(row) + "\n")
+    (work / "sft.yaml").write_text("experiment: x\ndata: sft.jsonl\ntrainer:\n  max_steps: 2\n")
+    (work / "grpo.yaml").write_text("experiment: x\ngame: taboo\ntrainer:\n  max_steps: 2\n")
+    (work / "binary.bin").write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe\x00\x00" * 8)
+    (work / "folder").mkdir()
+    (work / "folder" / "notes.txt").write_text("not a model, not a config")
+    (work / "broken.json").write_text('{"experiments": [{"name": "a", "game_instances": [}')
+    (work / "broken.yaml").write_text("experiment: x\ntrainer: [unclosed\n")
+    (work / "list.yaml").write_text("- experiment\n- x\n")
+    (work / "t.py").write_text("from playpen.train.base import BasePlaypenTrainer\n"
+                               "class T(BasePlaypenTrainer):\n    def learn(self):\n        open('ran', 'w')\n")
+    (work / "project").mkdir()  # a folder with a model registry that is not a training run
+    (work / "project" / "model_registry.json").write_text(json.dumps([
+        {"model_name": "mine", "backend": "huggingface_local", "huggingface_id": "x/y"}]))
+    return work
 
 
-def refused(capsys, argv: list[str], *unchanged: Path) -> str:
-    """Run the command; it must exit 2 with one error line and leave `unchanged` folders/files as they were."""
-    before = [snapshot(p) if p.is_dir() else p.read_bytes() for p in unchanged]
-    err = fails(capsys, argv)
-    assert [snapshot(p) if p.is_dir() else p.read_bytes() for p in unchanged] == before
-    return err
+@pytest.fixture(scope="session")
+def run_inputs(tmp_path_factory) -> dict[str, str]:
+    """The data files helpers.RUNS train on: sft (16 rows), prefs (8 preference pairs), other (sft's rows in
+    another file); name -> path."""
+    folder = tmp_path_factory.mktemp("inputs")
+    turn = [{"role": "user", "content": "Guess a five-letter word. Reply only with: GUESS: <word>"}]
+    with (folder / "sft.jsonl").open("w") as f:
+        for word in ["apple", "crane", "slate", "house"] * 4:
+            f.write(json.dumps({"messages": turn + [{"role": "assistant", "content": f"GUESS: {word}"}]}) + "\n")
+    with (folder / "prefs.jsonl").open("w") as f:
+        for word in ["apple", "crane", "slate", "house"] * 2:
+            f.write(json.dumps({"prompt": turn, "chosen": [{"role": "assistant", "content": f"GUESS: {word}"}],
+                                "rejected": [{"role": "assistant", "content": "maybe"}]}) + "\n")
+    (folder / "other.jsonl").write_text((folder / "sft.jsonl").read_text())
+    return {"sft": str(folder / "sft.jsonl"), "prefs": str(folder / "prefs.jsonl"),
+            "other": str(folder / "other.jsonl")}
 
 
-def run_ok(cwd: Path, *argv: str, timeout: int = 600) -> str:
-    """A command (clem, playpen, ...) that must succeed; its stdout. The failure message shows both streams."""
-    done = subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{argv}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done.stdout
+DEAD_BACKEND = '''"""An OpenAI-compatible service that is down: every request fails at once (no retries; clemcore's
+openai_compatible backend retries for ~25 s per reply before it gives up the same way)."""
+import openai
+
+import clemcore.backends as backends
 
 
-def playpen_ok(cwd: Path, *argv: str) -> str:
-    """`playpen ARGS` in a fresh process (as a user runs it) that must succeed; its stdout."""
-    return run_ok(cwd, sys.executable, "-m", "playpen.cli", *argv)
+class DeadPartner(backends.RemoteBackend):
+    def __init__(self):
+        super().__init__(key_name="dead_partner")
+
+    def _make_api_client(self):
+        return openai.OpenAI(base_url=self.key["base_url"], api_key=self.key["api_key"], max_retries=0, timeout=5)
+
+    def get_model_for(self, model_spec):
+        return DeadModel(self.client, model_spec)
+
+
+class DeadModel(backends.Model):
+    def __init__(self, client, model_spec):
+        super().__init__(model_spec)
+        self.client = client
+
+    def generate_response(self, messages):
+        reply = self.client.chat.completions.create(model="dead", messages=messages, max_tokens=8)
+        return messages, reply.model_dump(), reply.choices[0].message.content
+'''
+
+
+@pytest.fixture
+def dead_partner(clean_cwd) -> str:
+    """A registered model behind a closed localhost port, in `clean_cwd`; its key is in key.json (present,
+    service unreachable). Its name."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (clean_cwd / "dead_partner_api.py").write_text(DEAD_BACKEND)
+    (clean_cwd / "key.json").write_text(json.dumps({"dead_partner": {"api_key": "dummy-not-a-secret",
+                                                                     "base_url": f"http://127.0.0.1:{port}/v1"}}))
+    (clean_cwd / "model_registry.json").write_text(json.dumps([
+        {"model_name": "dead-partner", "backend": "dead_partner", "model_id": "dead", "model_config": {}}]))
+    return "dead-partner"
+
+
+@pytest.fixture
+def fresh_notes(monkeypatch):
+    """Deprecation notes come once per process: with this fixture a test is a process of its own."""
+    from playpen import config
+
+    monkeypatch.setattr(config, "_NOTED", set())
 
 
 @pytest.fixture(scope="session")
@@ -121,49 +184,3 @@ def numberguess_player(tmp_path_factory) -> Path:
                 "trainer.max_steps=60", "trainer.learning_rate=2e-3", "trainer.per_device_train_batch_size=8",
                 "trainer.save_steps=60")
     return run.path / "final"
-
-
-def numberguess_messages(record: Path) -> list[dict]:
-    """The guesser's view of one recorded numberguess episode (interactions.json): the game master's messages as
-    user turns, the player's replies as assistant turns."""
-    import json
-
-    messages = []
-    for events in json.loads((record / "interactions.json").read_text())["turns"]:
-        for e in events:
-            if e["from"] == "GM" and e["to"] != "GM":
-                messages.append({"role": "user", "content": e["action"]["content"]})
-            elif e["to"] == "GM" and e["from"] != "GM":
-                messages.append({"role": "assistant", "content": e["action"]["content"]})
-    return messages
-
-
-def play_scripted(game: str, experiment: dict, instance: dict, responses: list[str], models=None):
-    """Feeds scripted replies through a game master (every seat a stand-in model unless `models`) in schedule
-    order, recorded as clemcore's runner does; returns the master, (role, context) of each reply, and the episode
-    scores `clem score` would write."""
-    import json
-
-    from clemcore.backends import CustomResponseModel
-    from clemcore.clemgame import GameInteractionsRecorder
-
-    from playpen import games
-
-    benchmark = games.load_benchmark(game)
-    master = benchmark.create_game_master(experiment, models or [CustomResponseModel()])
-    master.setup(**instance)
-    recorder = GameInteractionsRecorder(game, experiment["name"], instance["game_id"], "test", {})
-    for player in master.get_players():
-        recorder.log_player(player.name, player.game_role, player.model.name)
-    master.register(recorder)
-    master.before_game()
-    seen, done = [], False
-    for response in responses:
-        assert not done, "the game ended before all scripted replies were used"
-        player = master.current_player
-        seen.append((player.game_role, master.get_context_for(player)["content"]))
-        done, _ = master.step(response)
-    assert done, "the game did not end after the scripted replies"
-    scorer = benchmark.create_game_scorer(experiment, instance)
-    scorer.compute_scores(json.loads(json.dumps(recorder.interactions)))
-    return master, seen, scorer.scores["episode scores"]

@@ -1,8 +1,6 @@
 """Pytest helper for the local SLURM dev cluster (slurm/devcluster.sh): a real 2-node cluster on this machine.
 
-Use it from a test module::
-
-    from tests.devcluster import devcluster  # noqa: F401  (the fixture)
+conftest.py provides the fixture to every test module::
 
     @pytest.mark.slurm
     def test_something(devcluster, tmp_path):

@@ -22,8 +22,8 @@ from playpen.errors import PlaypenError
 from playpen.games.instances import generate_instances, instances_file, read_instances
 from playpen.games.registry import resolve_game, select_games
 
-from tests.conftest import playpen_ok as playpen
-from tests.conftest import run_ok as run
+from tests.helpers import playpen_ok as playpen
+from tests.helpers import run_ok as run
 
 MINIBENCH = Path(__file__).resolve().parent / "data" / "minibench"
 DIALOGUE, STATIC = ["taboo", "wordle", "wordle_hard"], ["mathquiz"]  # in clem's search order
@@ -78,6 +78,7 @@ def both(workdir) -> tuple[dict, Path, Path]:
     return val, workdir / "pp", workdir / "clem"
 
 
+@pytest.mark.slow
 def test_playpen_eval_equals_clem_run_score_eval(both, workdir):
     val, ours, clems = both
     table = pd.read_csv(clems / "results.csv", index_col=0).loc[MODEL]
@@ -103,6 +104,7 @@ def test_playpen_eval_equals_clem_run_score_eval(both, workdir):
                       for g in val["games"]} | {"clemscore": val["clemscore"], "statscore": val["statscore"]}))
 
 
+@pytest.mark.slow
 def test_benchmark_games_win_over_builtins_of_the_same_name(workdir):
     listing = playpen(workdir, "list", "games")
     rows = {line.split()[0]: line for line in listing.splitlines()[1:]}
@@ -142,6 +144,7 @@ GRPO = ("trainer.max_steps=1", "instances=2", "group_size=2", "max_new_tokens=8"
         "trainer.per_device_train_batch_size=2", "cpu_threads=1", "storage_root=runs")
 
 
+@pytest.mark.slow
 def test_training_on_a_benchmark_game(workdir):
     # clembench ships no train split: the error names both ways out
     message = fails(workdir, "train", "grpo", "experiment=b", "game=wordle", *GRPO)
@@ -182,6 +185,7 @@ def raw_generated(seed: int) -> list[dict]:
     return [i for e in generator.instances["experiments"] for i in e["game_instances"]]
 
 
+@pytest.mark.slow
 def test_upstream_trainer_file_runs_unchanged(workdir):
     """The shape of upstream playpen's examples/trl trainers: `from playpen import BasePlayPen`, a constructor
     taking the learner alone, `learn(self, game_registry)` with clemcore's GameRegistry, and the learner's

@@ -16,7 +16,7 @@ from playpen import games
 from playpen.games.common import episode_gm_events
 from playpen.games.debate import best_of_n as bon
 from playpen.games.debate import protocol as pr
-from tests.conftest import engine, fails
+from tests.helpers import engine, fails, word_problems
 
 PASSAGE = "Mara Okafor works at the bakery. Tomas Reyes works at the library. Mara keeps a parrot."
 ITEM = {"game_id": 0, "passage": PASSAGE, "question": "Where does Mara Okafor work?",
@@ -177,7 +177,6 @@ def test_dpo_round_on_best_of_n_pairs(tmp_path, monkeypatch):
     """The shipped dpo/debate_best_of_n config (pairs: best_of_n): each instance played once with a best-of-4 Debater
     A, every choice whose candidates the judge scored apart is a pair, one DPO step."""
     from playpen.train import train
-    from tests.test_debate import word_problems
 
     experiment, instances = word_problems(8)
     file = tmp_path / "word_problems.json"

@@ -10,15 +10,14 @@ import re
 import pytest
 import yaml
 
-from playpen import config as pconfig
 from playpen.cli import GROUPS, build_parser_for, main
 from playpen.config_help import key_docs
 from playpen.train import METHODS
 
 
 @pytest.fixture(autouse=True)
-def fresh_process(monkeypatch):
-    monkeypatch.setattr(pconfig, "_NOTED", set())  # deprecation notes come once per process: each test is one
+def fresh_process(fresh_notes, monkeypatch):
+    """Each test is a process of its own (deprecation notes print again) with a terminal of 120 columns."""
     monkeypatch.setenv("COLUMNS", "120")  # the width help is wrapped to
 
 

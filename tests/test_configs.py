@@ -1,17 +1,27 @@
-"""The shipped configs (playpen/configs/): every one valid for what runs it, headers that say how to run it, one
-name for each that `--config` resolves the same way from any folder, and `playpen configs list|copy`."""
+"""playpen.config and the shipped configs (playpen/configs/): reading, overrides, spellings; every config valid.
+
+Every shipped config is valid for what runs it, with a header that says how to run it and one name that `--config`
+resolves the same way from any folder; `playpen configs list|copy`; the config reader's types, overrides and
+errors; one spelling of the generation length (`max_new_tokens`; the old `max_tokens` works with one note)."""
 from __future__ import annotations
 
 import dataclasses
 import json
 import re
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
-from playpen.config import config_file, find_config, load_config, packaged_config_names, packaged_configs
+from playpen import config as pconfig
+from playpen.cli import build_parser_for
+from playpen.config import (build, config_file, find_config, load_config, packaged_config_names, packaged_configs,
+                            parse_overrides)
 from playpen.errors import PlaypenError
+
+pytestmark = pytest.mark.usefixtures("fresh_notes")  # deprecation notes print as in a process of its own
 
 PACKAGE = Path(__file__).resolve().parents[1] / "playpen"
 SHIPPED = PACKAGE / "configs"
@@ -202,3 +212,161 @@ def test_configs_copy_makes_your_copy_that_config_then_reads(tmp_path, monkeypat
     assert Path("folder/zero3.json").is_file()
     assert main(["configs", "copy", "grpo/dem"]) == 2
     assert "no shipped config named grpo/dem; did you mean grpo/demo" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- playpen.config: types, overrides and errors
+
+@dataclass
+class Lora:
+    r: int = 16
+    alpha: float = 32.0
+
+
+@dataclass
+class Recipe:
+    model: str
+    lora: Lora | None = None
+    max_steps: int = 10
+    learning_rate: float = 1e-4
+    games: list[str] = field(default_factory=list)
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_config_loads_yaml_with_overrides_and_types(tmp_path):
+    cfg = write(tmp_path / "c.yaml", "model: playpen-tiny\nlora: {r: 8}\nlearning_rate: 1e-5\ngames: [wordle]\n")
+    recipe = load_config(Recipe, cfg, ["max_steps=3", "lora.alpha=16"])
+    assert recipe == Recipe(model="playpen-tiny", lora=Lora(r=8, alpha=16.0), max_steps=3,
+                            learning_rate=1e-5, games=["wordle"])
+
+
+@pytest.mark.parametrize("text, overrides, message", [
+    ("model: m\nmax_stepz: 3\n", [], "c.yaml: unknown key 'max_stepz'; did you mean max_steps?"),
+    ("model: m\nlora: {rank: 3}\n", [], "c.yaml: lora: unknown key 'rank'"),
+    ("model: m\nmax_steps: many\n", [], "c.yaml: max_steps: expected int, got 'many'"),
+    ("lora: {}\n", [], "c.yaml: missing required key(s): model"),
+    ("model: m\n", ["max_steps"], "override 'max_steps' must look like key=value"),
+    ("model: m\n  bad: [\n", [], "c.yaml:2:"),
+])
+def test_config_errors_name_file_and_key(tmp_path, text, overrides, message):
+    cfg = write(tmp_path / "c.yaml", text)
+    with pytest.raises(PlaypenError) as error:
+        load_config(Recipe, cfg, overrides)
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_overrides_nest_and_parse_scalars():
+    assert parse_overrides(["a.b=3", "a.c=x", "d=true"]) == {"a": {"b": 3, "c": "x"}, "d": True}
+    with pytest.raises(PlaypenError):
+        build(Recipe, {"model": "m", "games": "wordle"}, "x")
+
+
+# ---------------------------------------------------------------- max_new_tokens, once max_tokens (one note)
+
+NOTE = "[playpen] note: max_tokens is deprecated; use max_new_tokens"
+
+
+def parse(argv: list[str]):
+    args, _ = build_parser_for(argv).parse_known_args(argv)
+    return args
+
+
+def notes(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if "deprecated" in line]
+
+
+COMMANDS = {  # a command line, without its -L
+    "eval": ["eval", "playpen-tiny"],
+    "run": ["run", "t.py", "-l", "playpen-tiny"],
+    "screen": ["screen", "playpen-tiny", "-g", "wordle", "-o", "x.jsonl"],
+    "meter": ["meter", "playpen-tiny", "--classifier", "vader", "--prompts", "p.jsonl"],
+    "debate rejudge": ["debate", "rejudge", "records"],
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_new_flag_spellings_and_no_note(capsys, command):
+    for flag in ("-L", "--max-new-tokens"):
+        assert parse(COMMANDS[command] + [flag, "7"]).max_new_tokens == 7
+    assert notes(capsys) == []
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_old_flag_works_with_one_note(capsys, command):
+    assert parse(COMMANDS[command] + ["--max_tokens", "9"]).max_new_tokens == 9
+    assert parse(COMMANDS[command] + ["--max_tokens", "5"]).max_new_tokens == 5
+    assert notes(capsys) == [NOTE]
+
+
+def test_old_flag_is_hidden_from_help(capsys):
+    with pytest.raises(SystemExit):
+        parse(["eval", "-h"])
+    out = capsys.readouterr().out
+    assert "--max-new-tokens" in out and "--max_tokens" not in out
+
+
+def test_sweep_and_tournament_files(tmp_path, capsys):
+    from playpen.debate_tools.tournament import TournamentConfig
+    from playpen.eval.sweep import SweepConfig
+
+    new = tmp_path / "new.yaml"
+    new.write_text(yaml.safe_dump({"name": "s", "models": ["playpen-tiny"], "max_new_tokens": 32}))
+    assert pconfig.load_config(SweepConfig, new).max_new_tokens == 32
+    assert pconfig.load_config(SweepConfig, new, ["max_new_tokens=12"]).max_new_tokens == 12
+    assert notes(capsys) == []
+
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump({"name": "s", "models": ["playpen-tiny"], "max_tokens": 32}))
+    assert pconfig.load_config(SweepConfig, old).max_new_tokens == 32
+    # an old override on a new file overrides it (each layer is renamed on its own)
+    assert pconfig.load_config(SweepConfig, new, ["max_tokens=12"]).max_new_tokens == 12
+    cfg = pconfig.load_config(TournamentConfig, None, ["name=t", "debaters=[a]", "judges=[b]", "max_tokens=40"])
+    assert cfg.max_new_tokens == 40
+    assert notes(capsys) == [NOTE]
+
+
+def test_both_spellings_in_one_file_is_one_line(tmp_path):
+    from playpen.errors import PlaypenError
+    from playpen.eval.sweep import SweepConfig
+
+    both = tmp_path / "both.yaml"
+    both.write_text("name: s\nmax_tokens: 8\nmax_new_tokens: 16\n")
+    with pytest.raises(PlaypenError, match="both max_tokens and max_new_tokens given; keep max_new_tokens only"):
+        pconfig.load_config(SweepConfig, both)
+
+
+def test_meter_job_keys(capsys):
+    from playpen.reward.meter import parse_config
+
+    base = {"model": "playpen-tiny", "classifier": "vader", "prompts": "p.jsonl"}
+    assert parse_config({**base, "max_new_tokens": 8}, "m.yaml").max_new_tokens == 8
+    assert notes(capsys) == []
+    assert parse_config({**base, "max_tokens": 6}, "m.yaml").max_new_tokens == 6
+    assert notes(capsys) == [NOTE]
+
+
+def test_old_flag_on_a_bad_value_is_note_then_one_error(capsys, tmp_path, monkeypatch):
+    """The note is a note: the refusal is still exactly one `playpen: error:` line naming the new flag."""
+    from playpen.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "playpen-tiny", "-g", "wordle", "-r", "res", "--max_tokens", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [NOTE, "playpen: error: -L/--max-new-tokens: must be at least 1, got 0"]
+    assert not (tmp_path / "res").exists()
+
+
+def test_teacher_of_a_game_method_is_its_partner_and_distillations_teacher_is_its_grader(capsys):
+    """`teacher:` named the frozen player of the other seats until distillation's grading teacher came: a method
+    without a teacher of its own reads it as `partner:` (with one note); distill keeps both roles apart."""
+    from playpen.train import distill, grpo
+
+    cfg = pconfig.load_config(grpo.Config, None, ["experiment=x", "teacher=playpen-tiny", "teacher_seats=[1]"])
+    assert (cfg.partner, cfg.partner_seats) == ("playpen-tiny", [1])
+    assert "note: teacher is deprecated; use partner" in capsys.readouterr().err
+    cfg = pconfig.load_config(distill.Config, None, ["experiment=x", "teacher=programmatic", "partner=playpen-tiny"])
+    assert (cfg.teacher, cfg.partner) == ("programmatic", "playpen-tiny")

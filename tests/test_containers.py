@@ -114,6 +114,7 @@ def test_def_scripts_are_valid_shell(variant):
         assert result.returncode == 0, f"%{name}: {result.stderr}"
 
 
+@pytest.mark.slow
 def test_image_import_check_runs_in_the_cpu_venv():
     """The exact Python text of each def's %test, run here: same imports, same pins as the image."""
     scripts = {heredoc(c.parse_def(committed(v)).sections["test"]) for v in VARIANTS}

@@ -1,5 +1,8 @@
-"""`playpen data`: interactions.json trees (clemcore 3.x results, playpen-records, published clembench v2.0 runs)
-to conversational jsonl rows, per model player, with filters; corrupt files are reported and skipped."""
+"""playpen.dataset_from_records (`playpen data`) and playpen.training_data (the training data a method reads).
+
+`playpen data`: interactions.json trees (clemcore 3.x results, playpen-records, published clembench v2.0 runs)
+to conversational jsonl rows, per model player, with filters; corrupt files are reported and skipped, and a
+dataset is never replaced by an empty one. Training data files: rows as written, pairs that differ."""
 from __future__ import annotations
 
 import json
@@ -15,7 +18,7 @@ from clemcore.clemgame.runners import sequential
 from playpen import games
 from playpen.cli import main as cli
 from playpen.dataset_from_records import convert, episode_rows
-from tests.paths import CLEMBENCH_SAMPLE as FIXTURES
+from tests.helpers import CLEMBENCH_SAMPLE, refused
 
 LLAMA = "Llama-3.3-70B-Instruct-t0.0--Llama-3.3-70B-Instruct-t0.0"
 
@@ -48,7 +51,7 @@ def clem_results(tmp_path_factory) -> Path:
 
 
 def test_clembench_v2_runs_outcomes_and_both_perspectives(tmp_path):
-    stats = convert(FIXTURES, tmp_path / "d.jsonl")
+    stats = convert(CLEMBENCH_SAMPLE, tmp_path / "d.jsonl")
     rows = read(tmp_path / "d.jsonl")
     assert stats.files == 4 and stats.episodes == 4 and not stats.skipped and stats.rows == len(rows) == 6
     by_key = {(r["meta"]["game"], r["meta"]["task_id"], r["meta"]["player_name"]): r for r in rows}
@@ -70,13 +73,13 @@ def test_clembench_v2_runs_outcomes_and_both_perspectives(tmp_path):
 
 def test_filters_on_game_outcome_and_model(tmp_path):
     out = tmp_path / "d.jsonl"
-    assert convert(FIXTURES, out, outcome="success").rows == 4
+    assert convert(CLEMBENCH_SAMPLE, out, outcome="success").rows == 4
     assert {r["meta"]["game"] for r in read(out)} == {"taboo"}
-    assert convert(FIXTURES, out, game="wordle").rows == 2
-    stats = convert(FIXTURES, out, model="Qwen2.5-72B-Instruct")
+    assert convert(CLEMBENCH_SAMPLE, out, game="wordle").rows == 2
+    stats = convert(CLEMBENCH_SAMPLE, out, model="Qwen2.5-72B-Instruct")
     assert stats.rows == 2 and stats.filtered == 4
     assert {r["meta"]["task_id"] for r in read(out)} == {11}
-    assert convert(FIXTURES, out, game="wordle", outcome="failure").rows == 1  # alias of "lose"
+    assert convert(CLEMBENCH_SAMPLE, out, game="wordle", outcome="failure").rows == 1  # alias of "lose"
 
 
 def test_clemcore_results_layout_with_meta_and_scores(clem_results, tmp_path):
@@ -122,7 +125,7 @@ def test_playpen_records_convert(tmp_path):
 
 def test_corrupt_and_partial_files_are_reported_and_skipped(tmp_path):
     root = tmp_path / "runs"
-    shutil.copytree(FIXTURES / LLAMA, root / LLAMA)
+    shutil.copytree(CLEMBENCH_SAMPLE / LLAMA, root / LLAMA)
     bad = root / "m" / "taboo" / "0_x"
     for name, text in {"episode_0": '{"players": {"Player 1": "A, m"}, "turns": [[{"from"',
                        "episode_1": "", "episode_2": '{"results": 1}',
@@ -140,12 +143,12 @@ def test_corrupt_and_partial_files_are_reported_and_skipped(tmp_path):
 
 def test_cli(tmp_path, capsys):
     out = tmp_path / "d.jsonl"
-    assert cli(["data", str(FIXTURES), "-o", str(out), "--outcome", "success", "--game", "taboo"]) == 0
+    assert cli(["data", str(CLEMBENCH_SAMPLE), "-o", str(out), "--outcome", "success", "--game", "taboo"]) == 0
     assert len(read(out)) == 4 and "4 rows from 4 episodes" in capsys.readouterr().out
     assert cli(["data", str(tmp_path / "missing"), "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("playpen: error:") and err.count("\n") == 1
-    assert cli(["data", str(FIXTURES), "-o", str(out), "--outcome", "great"]) == 2
+    assert cli(["data", str(CLEMBENCH_SAMPLE), "-o", str(out), "--outcome", "great"]) == 2
     assert "unknown outcome 'great'" in capsys.readouterr().err
 
 
@@ -155,7 +158,7 @@ def test_rows_holding_line_separators_train_as_written(tmp_path):
     from playpen.training_data import check_messages, read_jsonl_rows
 
     root = tmp_path / "runs"
-    shutil.copytree(FIXTURES / LLAMA, root / LLAMA)
+    shutil.copytree(CLEMBENCH_SAMPLE / LLAMA, root / LLAMA)
     first = sorted(root.rglob("interactions.json"))[0]
     interactions = json.loads(first.read_text())
     for events in interactions["turns"]:
@@ -174,7 +177,7 @@ def test_a_fifo_among_the_records_is_skipped_not_waited_for(tmp_path):
     import os
 
     root = tmp_path / "runs"
-    shutil.copytree(FIXTURES / LLAMA, root / LLAMA)
+    shutil.copytree(CLEMBENCH_SAMPLE / LLAMA, root / LLAMA)
     fifo = root / "m" / "taboo" / "0_x" / "episode_0" / "interactions.json"
     fifo.parent.mkdir(parents=True)
     os.mkfifo(fifo)
@@ -190,10 +193,53 @@ def test_hidden_folders_and_files_that_are_not_regular_are_no_episodes(tmp_path)
     from playpen.records import interactions_files
 
     root = tmp_path / "res"
-    shutil.copytree(FIXTURES / LLAMA, root / LLAMA)
+    shutil.copytree(CLEMBENCH_SAMPLE / LLAMA, root / LLAMA)
     found = interactions_files(root)
-    shutil.copytree(FIXTURES / LLAMA, root / ".playing.x" / LLAMA)
+    shutil.copytree(CLEMBENCH_SAMPLE / LLAMA, root / ".playing.x" / LLAMA)
     os.mkfifo(root / LLAMA / "taboo" / "0_high_en" / "fifo.json")
     (root / "m" / "g" / "e" / "episode_9").mkdir(parents=True)
     os.mkfifo(root / "m" / "g" / "e" / "episode_9" / "interactions.json")
     assert interactions_files(root) == found and found
+
+
+# ---------------------------------------------------------------- a dataset is never replaced by an empty one
+
+def test_data_never_replaces_a_dataset_with_an_empty_one(capsys, tmp_path):
+    out = tmp_path / "out.jsonl"
+    assert cli(["data", str(CLEMBENCH_SAMPLE), "-o", str(out), "--game", "wordle", "--outcome", "lose"]) == 0
+    assert len(out.read_text().splitlines()) == 1
+    corrupt = tmp_path / "corrupt" / "m" / "wordle" / "0_x"
+    for name in ("episode_0", "episode_1"):
+        (corrupt / name).mkdir(parents=True)
+        (corrupt / name / "interactions.json").write_text('{"players": {"Player 1": "A, m"}, "turns": [[')
+    cases = [  # (arguments after the folder, what the one line says)
+        (["--game", "wordel"], "unknown game 'wordel'; did you mean wordle? games in these records: taboo, wordle"),
+        (["--outcome", "sucess"], "unknown outcome 'sucess'; did you mean success?"),
+        (["--model", "Llama-3.3-70B"], "unknown model 'Llama-3.3-70B'; did you mean Llama-3.3-70B-Instruct?"),
+        (["--game", "referencegame"],  # registered, but not in these records
+         f"no rows from 4 episodes under {CLEMBENCH_SAMPLE}: --game referencegame left none of 6 player rows; "
+         f"{out} not written"),
+        (["--game", "taboo", "--outcome", "lose"], "--game taboo, --outcome lose left none of 6 player rows"),
+    ]
+    for extra, message in cases:
+        err = refused(capsys, ["data", str(CLEMBENCH_SAMPLE), "-o", str(out), *extra], out)
+        assert message in err, err
+    err = refused(capsys, ["data", str(tmp_path / "corrupt"), "-o", str(out)], out)
+    assert f"all 2 interactions files under {tmp_path / 'corrupt'} were skipped (e.g. " in err
+    assert f"{out} not written" in err
+    err = refused(capsys, ["data", str(CLEMBENCH_SAMPLE), "-o", str(tmp_path)], tmp_path)
+    assert f"output {tmp_path} is a folder; give a file, e.g. -o {tmp_path / 'dataset.jsonl'}" in err
+    assert len(out.read_text().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- training data files (playpen.training_data)
+
+@pytest.mark.parametrize("method", ["dpo", "reward"])
+def test_identical_chosen_and_rejected_are_refused(capsys, clean_cwd, method):
+    turn = [{"role": "user", "content": "2 + 2?"}]
+    same = [{"role": "assistant", "content": "4"}]
+    rows = [{"prompt": turn, "chosen": same, "rejected": [{"role": "assistant", "content": "5"}]},
+            {"prompt": turn, "chosen": same, "rejected": same}]
+    (clean_cwd / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    err = refused(capsys, ["train", method, "experiment=x", "data=pairs.jsonl", "storage_root=runs"], clean_cwd)
+    assert "pairs.jsonl:2" in err and "'chosen' and 'rejected' are the same" in err, err

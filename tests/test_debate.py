@@ -14,7 +14,7 @@ from clemcore.backends import CustomResponseModel, ModelSpec
 from playpen import games
 from playpen.cli import main as playpen_main
 from playpen.games.debate import protocol as pr
-from tests.conftest import engine, fails, play_scripted
+from tests.helpers import engine, fails, play_scripted, word_problems
 
 PASSAGE = "Mara Okafor works at the bakery. Tomas Reyes works at the library. Mara keeps a parrot."
 ITEM = {"game_id": 0, "passage": PASSAGE, "question": "Where does Mara Okafor work?",
@@ -133,24 +133,6 @@ def test_playpen_eval_plays_debate_with_tiny_in_every_seat(tmp_path, capsys):
         judge = [e for t in interactions["turns"] for e in t if e["from"] == "Player 3"]
         assert judge and interactions["players"]["Player 3"]["model_name"] == "playpen-tiny"
         assert json.loads((file.parent / "scores.json").read_text())["episode scores"]["Aborted"] == 1
-
-
-def word_problems(n: int) -> tuple[dict, list[dict]]:
-    """Debates over arithmetic word problems whose Debater A prompt has the arithmetic game's shape: playpen-tiny
-    learned that game, so as Debater A it says numbers, sometimes the one its side argues for, and the judge
-    prefers those speeches (it rewards stating one's answer). Debater B and the judge are pinned (train split)."""
-    experiment = {"name": "word_problems", "rounds": 1, "judge": "programmatic", "opponent": "programmatic",
-                  "main_score": "player_1_preference", "max_words": 20}
-    instances = []
-    for i in range(n):
-        a, b = 2 + i % 5, 1 + i % 3
-        passage = f"Hugo has {a} marbles. A friend gives Hugo {b} more."
-        question = "How many marbles does Hugo have now?"
-        instances.append({"game_id": i, "passage": passage, "question": question, "correct": "A",
-                          "answers": {"A": str(a + b), "B": str(a + b + 2)},
-                          "debater_a_prompt": f"Solve this word problem.\n{passage} {question}\n"
-                                              f"Reply only with: ANSWER: <number>"})
-    return experiment, instances
 
 
 def test_branched_rounds_give_judge_preference_pairs(policy):

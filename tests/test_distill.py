@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from playpen.storage import read_jsonl
-from tests.conftest import numberguess_messages, train
+from tests.helpers import numberguess_messages, train
 
 pytestmark = pytest.mark.slow
 
@@ -122,7 +122,7 @@ def test_a_teacher_with_another_tokenizer_is_refused_in_one_line(capsys, storage
 
     from transformers import AutoTokenizer
 
-    from tests.conftest import fails
+    from tests.helpers import fails
 
     other = storage.parent / "other-tokenizer"
     shutil.copytree(tiny, other)

@@ -16,7 +16,6 @@ import pytest
 from playpen.cli import main as playpen
 from playpen.doctor import collective, features, software, storage
 from playpen.doctor.report import FAILED, OK, SKIPPED, WARN, Check, attempt, table
-from tests.devcluster import devcluster, wait_until  # noqa: F401  (devcluster: the session fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 ALL_FEATURES = [a for f in features.FEATURES for a in ("--skip", f)]
@@ -38,6 +37,7 @@ def local_report(tmp_path_factory):
     return code, json.loads(path.read_text()), root
 
 
+@pytest.mark.slow
 def test_doctor_checks_every_section_here(local_report, capsys):
     code, report, root = local_report
     assert code == 0 and report["overall"] in (OK, WARN), table([Check(**c) for c in report["checks"]])
@@ -171,6 +171,7 @@ def test_submit_doctor_dry_run_and_bad_input(tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "no key=value" in bad.stderr
 
 
+@pytest.mark.slow
 def test_submit_doctor_as_a_local_job(tmp_path):
     proc = run_submit("doctor", "--executor", "local", "--wait", "--storage-root", str(tmp_path), *ALL_FEATURES)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -183,7 +184,7 @@ def test_submit_doctor_as_a_local_job(tmp_path):
 
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_submit_doctor_on_two_slurm_nodes_and_with_a_wrong_interface(devcluster, tmp_path):  # noqa: F811
+def test_submit_doctor_on_two_slurm_nodes_and_with_a_wrong_interface(devcluster, tmp_path):
     """Two jobs at once: the whole doctor on 2 nodes (DeepSpeed's step over the job's gloo group), and one whose
     profile names an interface no node has (the rendezvous fails in one line on both ranks)."""
     profile = (REPO / "playpen" / "configs" / "cluster" / "devcluster.yaml").read_text()

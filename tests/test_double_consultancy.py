@@ -11,7 +11,7 @@ import pytest
 from clemcore.backends import CustomResponseModel
 
 from playpen import games
-from tests.conftest import play_scripted
+from tests.helpers import play_scripted
 
 PASSAGE = "Mara Okafor works at the bakery. Tomas Reyes works at the library. Mara keeps a parrot."
 ITEM = {"game_id": 0, "passage": PASSAGE, "question": "Where does Mara Okafor work?",

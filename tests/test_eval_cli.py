@@ -1,5 +1,6 @@
 """`playpen eval` end to end on the bundled tiny model: val.json + clemcore's results.csv/html, replacing one
-game in a reused results dir, rescoring only, checkpoints as models, and one-line errors. ~30 s."""
+game in a reused results dir, rescoring only, checkpoints as models, and one-line errors (a partner that is down,
+a folder that holds no model, one that cannot be written). ~30 s."""
 from __future__ import annotations
 
 import json
@@ -13,13 +14,9 @@ import pytest
 from playpen.cli import main
 from playpen.games.instances import read_instances, spread
 from playpen.models.specs import checkpoint_spec, resolve_eval_model
-from playpen.models.tiny import ensure_tiny_model
+from tests.helpers import refused, refused_in_subprocess, snapshot
 
 FAST = ["--instances", "2", "-L", "24"]
-
-
-def tiny():
-    return ensure_tiny_model()
 
 
 def val_of(results: Path, model: str = "playpen-tiny") -> dict:
@@ -160,6 +157,7 @@ def test_cli_module_is_light():
     assert out == "[]"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("player", ["engine", "clemcore"])
 def test_eval_screen_shows_the_table_and_the_log_goes_to_the_results(tiny, tmp_path, player):
     """clemcore's INFO lines, its scoring/batch bars and transformers' loading bars stay off the screen; they are
@@ -178,3 +176,62 @@ def test_eval_screen_shows_the_table_and_the_log_goes_to_the_results(tiny, tmp_p
                           timeout=240)
     assert loud.returncode == 0 and "clemcore.run - INFO" in loud.stdout + loud.stderr
     assert "[eval] wordle: 2 episodes scored" in loud.stderr
+
+
+# ---------------------------------------------------------------- no episode finished, no model, no folder
+
+@pytest.mark.slow
+def test_eval_where_no_episode_finished_writes_no_scores(dead_partner, clean_cwd):
+    results = clean_cwd / "res"
+    err = refused_in_subprocess(clean_cwd, "eval", dead_partner, "-g", "wordle", "--instances", "2", "-r", str(results))
+    assert err == f"playpen: error: no episode of wordle finished; see {results / 'clembench.log'}"
+    assert "APIConnectionError" in (results / "clembench.log").read_text()
+    assert not list(results.glob("*.val.json")) and not (results / "results.csv").exists()
+
+
+@pytest.mark.slow
+def test_a_replay_where_no_episode_finished_keeps_the_earlier_records(dead_partner, clean_cwd):
+    """`playpen eval M -g G -r DIR` replays G; if this time no episode finishes (the model's service is down),
+    the records G had in DIR stay and are scored, with a warning: nothing on disk is lost."""
+    from playpen.model_registry import resolve_model
+
+    tiny = {**resolve_model("playpen-tiny"), "model_name": "flaky"}
+    dead = json.loads((clean_cwd / "model_registry.json").read_text())[0]
+    (clean_cwd / "model_registry.json").write_text(json.dumps([tiny]))
+    first = subprocess.run([sys.executable, "-m", "playpen.cli", "eval", "flaky", "-g", "wordle", "--instances", "2",
+                            "-L", "16", "-r", "res"], capture_output=True, text=True, cwd=clean_cwd, timeout=300)
+    assert first.returncode == 0, first.stderr
+    before = snapshot(clean_cwd / "res" / "flaky" / "wordle")
+    (clean_cwd / "model_registry.json").write_text(json.dumps([{**dead, "model_name": "flaky"}]))  # now unreachable
+    again = subprocess.run([sys.executable, "-m", "playpen.cli", "eval", "flaky", "-g", "wordle", "--instances", "2",
+                            "-L", "16", "-r", "res"], capture_output=True, text=True, cwd=clean_cwd, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "no episode of wordle finished this time" in again.stderr and "earlier records" in again.stderr
+    assert snapshot(clean_cwd / "res" / "flaky" / "wordle") == before
+    assert json.loads((clean_cwd / "res" / "flaky.val.json").read_text())["games"]["wordle"]["episodes"] == 2
+    assert not (clean_cwd / "res" / ".playing").exists()
+
+
+def test_eval_of_a_folder_that_holds_no_model(capsys, clean_cwd):
+    (clean_cwd / "model_registry.json").write_text(json.dumps([
+        {"model_name": "mine-a", "backend": "huggingface_local", "huggingface_id": "x"},
+        {"model_name": "mine-b", "backend": "huggingface_local", "huggingface_id": "y"}]))
+    (clean_cwd / "empty").mkdir()
+    cases = [
+        ("", "no model given: name a registered model (`playpen list models`), a training run folder or a "
+             "checkpoint folder"),
+        (".", f"{clean_cwd} is a folder with a model registry (mine-a, mine-b), not a model; name the model, "
+              f"e.g. mine-b"),
+        (str(clean_cwd), f"{clean_cwd} is a folder with a model registry (mine-a, mine-b), not a model"),
+        ("empty", f"no config.json in {clean_cwd / 'empty'}: the folder holds no model, checkpoint"),
+    ]
+    for model, message in cases:
+        err = refused(capsys, ["eval", model, "-g", "wordle", "-r", str(clean_cwd / "res")], clean_cwd / "empty",
+                      clean_cwd / "model_registry.json")
+        assert message in err, err
+        assert not (clean_cwd / "res").exists()
+
+
+def test_an_unwritable_results_folder_is_one_line(capsys, clean_cwd):
+    err = refused(capsys, ["eval", "playpen-tiny", "-g", "wordle", "-r", "/sys/playpen-results"], clean_cwd)
+    assert "folder /sys/playpen-results cannot be written" in err, err

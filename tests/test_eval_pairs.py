@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import playpen_ok as playpen
-from tests.conftest import run_ok as run
+from tests.helpers import playpen_ok as playpen
+from tests.helpers import run_ok as run
 
 MINIBENCH = Path(__file__).resolve().parent / "data" / "minibench"
 CLEM = str(Path(sys.executable).with_name("clem"))
@@ -56,6 +56,7 @@ def agree(work: Path, ours: str, clems: str, pair: str, game: str = "taboo") -> 
     return val
 
 
+@pytest.mark.slow
 def test_a_pair_plays_as_clem_run_plays_it(work):
     # clemcore's runner for both seats (mock is no local model)
     playpen(work, "eval", "mock", "mock", "-g", "taboo", "-r", "pp")
@@ -72,6 +73,7 @@ def test_a_pair_plays_as_clem_run_plays_it(work):
     assert agree(work, "pp", "clem", "mock--mock")["clemscore"] == val["clemscore"]
 
 
+@pytest.mark.slow
 def test_the_rollout_engine_learner_with_a_partner_and_one_experiment(work):
     # the local learner through the rollout engine in seat 0, clem's mock in seat 1, only experiment low_en
     playpen(work, "eval", "playpen-tiny", "mock", "-g", "taboo", "-e", "low_en", "-L", "24", "-r", "pp-e")
@@ -84,6 +86,7 @@ def test_the_rollout_engine_learner_with_a_partner_and_one_experiment(work):
         set(next(iter(players(work / "pp-e", "playpen-tiny--mock", "taboo"))))
 
 
+@pytest.mark.slow
 def test_instances_count_within_the_chosen_experiments(work):
     playpen(work, "eval", "mock", "-g", "taboo", "-e", "high_en", "-e", "low_en", "--instances", "1", "-r", "one")
     assert [e for e, _, _ in scored(work / "one", "mock", "taboo")] == ["high_en"]

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from playpen.eval.scoring import (GameSummary, aggregate_score, load_episode_scores, summarize, val_scores)
-from tests.paths import CLEMBENCH_SAMPLE as FIXTURES
+from tests.helpers import CLEMBENCH_SAMPLE as FIXTURES
 
 LLAMA = "Llama-3.3-70B-Instruct-t0.0--Llama-3.3-70B-Instruct-t0.0"
 QWEN = "Qwen2.5-72B-Instruct-t0.0--Qwen2.5-72B-Instruct-t0.0"

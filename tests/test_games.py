@@ -20,7 +20,7 @@ from playpen import games
 from playpen.games.common import read_lines
 from playpen.games.registry import game_entries
 from playpen.model_registry import resolve_model
-from tests.paths import CLEMBENCH_SAMPLE as FIXTURES
+from tests.helpers import CLEMBENCH_SAMPLE as FIXTURES
 
 GAMES = games.BUILTIN_GAMES
 WORDLE_SCORES = {1: 100, 2: 100, 3: 100, 4: 50, 5: 30, 6: 20}
@@ -304,6 +304,7 @@ def test_demonstrations_are_diverse_chat_transcripts():
 
 # ------------------------------------------------------------------ the clem CLI on the tiny model
 
+@pytest.mark.slow
 def test_clem_run_and_score_wordle_with_playpen_tiny(tmp_path):
     from playpen.models.tiny import ensure_tiny_model
 

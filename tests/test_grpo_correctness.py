@@ -180,6 +180,7 @@ KNOWN_ANSWER = ("game=knownanswer", "group_size=8", "max_new_tokens=8", "tempera
                 "trainer.learning_rate=2e-3", "trainer.beta=0", "trainer.save_steps=100")
 
 
+@pytest.mark.slow
 def test_grpo_learns_a_known_answer_and_a_coin_teaches_nothing(known_answer_game):
     """playpen-tiny answers 'third' greedily on every held-out prompt and about uniformly at T=1; only 'second'
     pays. GRPO must make 'second' the greedy answer; with a coin-flip reward (groups vary just as much) the greedy

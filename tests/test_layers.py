@@ -1,5 +1,6 @@
 """The packages read one way (pyproject's [tool.importlinter], docs/development.md), private names stay in their
-package, and no function grows past what one reads on a screen or two. Modules are cut by concern, not by size:
+package, and no function grows past what one reads on a screen or two; the test files share code through
+tests/helpers.py and tests/conftest.py only. Modules are cut by concern, not by size:
 their cap is a loose tripwire, never a reason to split one concern over several files."""
 from __future__ import annotations
 
@@ -80,3 +81,36 @@ def test_bench_imports_only_playpen():
         if "sys.path" in text:
             found.append(f"{path.relative_to(ROOT)} edits sys.path")
     assert not found, found
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, dotted name) of every import in `path`; `from tests import x` is tests.x, relative ones keep dots."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            found += [(node.lineno, f"{base}.{a.name}" if base and not base.endswith(".") else base + a.name)
+                      for a in node.names]
+    return found
+
+
+def test_no_test_file_imports_another():
+    """Fixtures live in tests/conftest.py (pytest hands them over by name), plain helpers in tests/helpers.py: a
+    test file importing another would collect that file's tests and fixtures twice, under a second meaning."""
+    found = []
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        for line, name in imported_modules(path):
+            parts = name.lstrip(".").split(".")
+            local = name.startswith(".") or parts[0] == "tests"
+            if local and any(p.startswith("test_") or p == "conftest" for p in parts):
+                found.append(f"tests/{path.name}:{line} imports {name}")
+    assert not found, found
+
+
+def test_every_test_file_opens_with_what_it_tests():
+    missing = [p.name for p in sorted((ROOT / "tests").glob("test_*.py"))
+               if not (ast.get_docstring(ast.parse(p.read_text())) or "").strip()]
+    assert not missing, missing
+

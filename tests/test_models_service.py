@@ -36,6 +36,7 @@ def bench(tmp_path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_playpen_lists_every_model_clem_lists(bench):
     clem = ok(bench, CLEM, "list", "models")
     clem_names = set(re.findall(r"^(\S+) -> ", clem, re.M))
@@ -80,6 +81,7 @@ def scored(results: Path, game: str) -> list[tuple[str, str, dict]]:
                   for p in (results / "mock" / game).glob("*/*/scores.json"))
 
 
+@pytest.mark.slow
 def test_playpen_eval_mock_equals_clem_run_mock(both):
     val, ours, clems = both
     table = pd.read_csv(clems / "results.csv", index_col=0).loc["mock"]

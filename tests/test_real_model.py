@@ -20,7 +20,7 @@ from playpen.models import ensure_packaged_weights
 from playpen.models.smol import CONVERSION_VERSION, MARKER, WEIGHTS, ensure_smol_model, gguf_file, is_converted
 from playpen.model_registry import SMOL_MODEL, resolve_model
 from playpen.storage import read_jsonl
-from tests.conftest import train
+from tests.helpers import train
 
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 

@@ -1,8 +1,10 @@
-"""playpen.model_registry against shared storage: a model_registry.json anyone can write into any folder under the
-storage root adds at most the one model of the training run it sits in (`<experiment>-<run_id>`), never a name
-defined elsewhere (`playpen-tiny`, clemcore's `gpt-4o`, another run's), and says so on screen; a name holding
-`--` (which joins a model and its partner in results folders) is refused wherever a model is named. Nothing here
-loads a model."""
+"""playpen.registry: model registries and key.json, as a command reads them and against shared storage.
+
+A model_registry.json anyone can write into any folder under the storage root adds at most the one model of the
+training run it sits in (`<experiment>-<run_id>`), never a name defined elsewhere (`playpen-tiny`, clemcore's
+`gpt-4o`, another run's), and says so on screen; a name holding `--` (which joins a model and its partner in
+results folders) is refused wherever a model is named. Lookup, precedence and registering; `playpen list models`;
+broken registries and key.json files are one line. Nothing here loads a model."""
 from __future__ import annotations
 
 import json
@@ -11,7 +13,11 @@ from pathlib import Path
 import pytest
 
 from playpen.errors import PlaypenError
-from playpen.model_registry import model_entries, resolve_model
+from playpen.model_registry import model_entries, register_model, resolve_model
+from tests.helpers import check_refused, playpen_process, refused
+
+SFT = ["train", "sft", "experiment=x", "data=sft.jsonl", "storage_root=runs", "cpu_threads=1"]
+GRPO = ["train", "grpo", "experiment=x", "game=arithmetic", "storage_root=runs", "cpu_threads=1"]
 
 
 def entry(name: str, hub: str = "neighbour/weights") -> dict:
@@ -101,3 +107,152 @@ def test_a_clembench_log_planted_where_clemcore_appends_is_refused(root, tmp_pat
     with pytest.raises(PlaypenError, match="clembench.log is a link"):
         model_entries()
     assert victim.read_text() == "only copy"
+
+
+# ---------------------------------------------------------------- model registries: lookup, order, registering
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_custom_registry_entry_precedes_packaged(tmp_path):
+    write(tmp_path / "model_registry.json", json.dumps([{
+        "model_name": "smol-135m", "backend": "huggingface_local", "huggingface_id": "/models/my-smol",
+        "model_config": {"premade_chat_template": True, "peft_model": "/adapters/a"}}]))
+    spec = resolve_model("smol-135m", cwd=tmp_path)
+    assert spec["huggingface_id"] == "/models/my-smol"
+    assert spec["model_config"]["peft_model"] == "/adapters/a"
+    sources = [e.source for e in model_entries(tmp_path) if e.name == "smol-135m"]
+    assert sources == [str(tmp_path / "model_registry.json"), "packaged"]
+
+
+def test_unknown_model_suggests_closest():
+    with pytest.raises(PlaypenError, match="unknown model 'playpen-tine'; did you mean playpen-tiny"):
+        resolve_model("playpen-tine")
+
+
+def test_malformed_registry_names_file_and_position(tmp_path):
+    write(tmp_path / "model_registry.json", '[{"model_name": "x",}]')
+    with pytest.raises(PlaypenError, match=r"model_registry.json:1:21: malformed JSON"):
+        resolve_model("x", cwd=tmp_path)
+
+
+def test_register_model_keeps_other_entries(tmp_path):
+    registry = tmp_path / "model_registry.json"
+    write(registry, json.dumps([{"model_name": "keep", "backend": "openai"}]))
+    register_model({"model_name": "new", "backend": "huggingface_local"}, registry)
+    register_model({"model_name": "new", "backend": "huggingface_local", "huggingface_id": "p"}, registry)
+    names = [e["model_name"] for e in json.loads(registry.read_text())]
+    assert names == ["keep", "new"]
+    assert resolve_model("new", cwd=tmp_path)["huggingface_id"] == "p"
+
+
+def test_run_registry_found_by_name_and_by_path(tmp_path):
+    run = tmp_path / "runs" / "exp" / "r1"
+    run.mkdir(parents=True)
+    write(run / "config.yaml", "experiment: exp\n")  # a training run's folder: only its registry names its model
+    write(run / "model_registry.json", json.dumps([{"model_name": "exp-r1", "backend": "huggingface_local",
+                                                    "huggingface_id": "x/y"}]))
+    assert resolve_model("exp-r1", cwd=tmp_path, storage_root=tmp_path / "runs")["model_name"] == "exp-r1"
+    assert resolve_model(str(run))["model_name"] == "exp-r1"
+
+
+def test_resolve_model_takes_only_a_training_runs_registry(stocked_cwd):
+    """`model=<folder>` for training means the folder's model only when the folder is a training run."""
+    from playpen.errors import PlaypenError
+    from playpen.model_registry import resolve_model
+
+    run = stocked_cwd / "runs" / "x" / "r1"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "model_registry.json").write_text(json.dumps([
+        {"model_name": "x-r1", "backend": "huggingface_local", "huggingface_id": "a/b"}]))
+    assert resolve_model(str(run))["model_name"] == "x-r1"
+    with pytest.raises(PlaypenError, match=r"project is a folder with a model registry \(mine\), not a model"):
+        resolve_model("project")
+
+
+def test_a_broken_run_registry_is_skipped_with_a_warning(capsys, tmp_path):
+    from playpen.model_registry import model_entries
+
+    run = tmp_path / "runs" / "x" / "r1"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "model_registry.json").write_text('[{"model_name": "x-r1", ')
+    names = [e.name for e in model_entries(cwd=tmp_path, storage_root=tmp_path / "runs")]
+    assert "playpen-tiny" in names
+    err = capsys.readouterr().err
+    assert f"playpen: warning: skipping a run's model registry: {run / 'model_registry.json'}:1:" in err, err
+
+
+@pytest.mark.parametrize("argv", [["eval", "SmolLM2-135M-Instruct", "-g", "wordle", "-r", "res"],
+                                  ["train", "sft", "experiment=x", "data=sft.jsonl", "model=SmolLM2-135M-Instruct"]])
+def test_an_uncached_hub_model_offline_is_one_line(capsys, clean_cwd, monkeypatch, argv):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(clean_cwd / "empty-cache"))
+    (clean_cwd / "sft.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": "a"},
+                                                             {"role": "assistant", "content": "b"}]}) + "\n")
+    err = refused(capsys, argv, clean_cwd)
+    assert "HuggingFaceTB/SmolLM2-135M-Instruct is not in the local Hugging Face cache" in err, err
+
+
+# ---------------------------------------------------------------- `playpen list models`
+
+def test_cli_lists_models_with_sources(tmp_path):
+    write(tmp_path / "model_registry.json", json.dumps([{"model_name": "llama3-8b", "backend": "huggingface_local",
+                                                         "huggingface_id": "/scratch/llama"}]))
+    out = playpen_process("list", "models", "-v", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any(row.startswith("playpen-tiny") and "packaged" in row for row in lines)
+    assert any(row.startswith("llama3-8b") and str(tmp_path / "model_registry.json") in row for row in lines)
+    assert any(row.startswith("llama3-8b") and "shadowed" in row for row in lines)
+
+
+def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path):
+    write(tmp_path / "model_registry.json", "[oops")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = playpen_process("list", "models", cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0
+    assert out.stderr.startswith("playpen: error: ") and "model_registry.json:1:2" in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+# ---------------------------------------------------------------- key.json and registries a command reads
+
+KEYS_AND_REGISTRIES = {  # name: (argv, files written first, what the line says)
+    "key.json broken JSON": (GRPO + ["game=taboo", "partner=gpt-4o-mini"],
+                             {"key.json": '{"openai": {"api_key": "sk-not-a-secret",}}'},
+                             "key.json:1:42: malformed JSON: Expecting property name"),
+    "key.json a list": (GRPO + ["game=taboo", "partner=gpt-4o-mini"], {"key.json": '["openai"]'},
+                        'key.json: must map backend names to their settings'),
+    "key.json binary": (GRPO + ["game=taboo", "partner=gpt-4o-mini"], {"key.json": b"\xff\xfe\x00{"},
+                        "key file {home}/key.json is not a text file"),
+    "key.json without the entry": (GRPO + ["game=taboo", "partner=gpt-4o-mini"], {"key.json": '{"anthropic": {}}'},
+                                   "key.json has no 'openai' entry with an api_key"),
+    "registry backend 42 (list models)": (["list", "models"],
+                                          {"model_registry.json": '[{"model_name": "m", "backend": 42}]'},
+                                          "model_registry.json: entry 0 ('m') needs a string 'backend' (e.g. "
+                                          "huggingface_local, openai), got 42"),
+    "registry model_config a string": (["list", "models"], {"model_registry.json": json.dumps([
+        {"model_name": "m", "backend": "openai", "model_id": "x", "model_config": "fast"}])},
+        "entry 0 ('m') 'model_config' must be a mapping, got 'fast'"),
+    "registry without backend (eval)": (["eval", "m", "-g", "wordle", "-r", "res"],
+                                        {"model_registry.json": '[{"model_name": "m", "huggingface_id": "x/y"}]'},
+                                        "entry 0 ('m') needs a string 'backend'"),
+    "registry without huggingface_id (train)": (SFT + ["model=m"], {"model_registry.json": json.dumps([
+        {"model_name": "m", "backend": "huggingface_local"}])},
+        "entry 0 ('m') uses backend huggingface_local and needs 'huggingface_id'"),
+    "registry huggingface_id a number": (["list", "models"], {"model_registry.json": json.dumps([
+        {"model_name": "m", "backend": "huggingface_local", "huggingface_id": 7}])},
+        "entry 0 ('m') 'huggingface_id' must be a string, got 7"),
+    "registry binary": (["list", "models"], {"model_registry.json": b"\x00\xff\xfe"},
+                        "model registry {home}/model_registry.json is not a text file"),
+}
+
+
+@pytest.mark.parametrize("case", KEYS_AND_REGISTRIES)
+def test_keys_and_registries(capsys, stocked_cwd, case):
+    argv, files, message = KEYS_AND_REGISTRIES[case]
+    err = check_refused(capsys, stocked_cwd, argv, message.format(home=stocked_cwd), files)
+    assert "sk-not-a-secret" not in err

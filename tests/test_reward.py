@@ -1,6 +1,6 @@
 """Reward models on playpen-tiny, for real and a few steps each: `playpen train reward` from labelled texts and
 from branched game records, GRPO against the learned reward (prompts and a game, KL logged), `playpen meter` of
-two models; every bad input is one line before anything is written."""
+two models; scorers of the wrong shape; every bad input is one line before anything is written."""
 from __future__ import annotations
 
 import csv
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from playpen.errors import PlaypenError
 from playpen.storage import read_jsonl
-from tests.conftest import fails, train
+from tests.helpers import fails, refused, train
 
 POSITIVE = ["I love it, a kind friend", "sweet and nice", "the best party", "a great smile"]
 NEGATIVE = ["sad and sick", "a terrible problem", "mad and ill", "the worst fire"]
@@ -250,3 +251,28 @@ def test_meter_command_is_light_at_import():
             "print(sorted(m for m in ('torch', 'transformers', 'trl', 'vaderSentiment') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# ---------------------------------------------------------------- scorers (playpen.reward.scorers)
+
+@pytest.mark.parametrize("source,message", [
+    ("def score():\n    return []\n", "must take one argument, a list of texts, and return one number per text; "
+                                      "its signature is score()"),
+    ("def score(texts, labels):\n    return []\n", "its signature is score(texts, labels)"),
+])
+def test_a_scorer_with_the_wrong_signature(capsys, clean_cwd, monkeypatch, source, message):
+    module = f"scorer_{abs(hash(source))}"  # (a module imported once stays imported)
+    (clean_cwd / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(clean_cwd))
+    (clean_cwd / "p.jsonl").write_text('{"prompt": "hi"}\n')
+    err = refused(capsys, ["meter", "playpen-tiny", "--classifier", f"{module}:score", "--prompts", "p.jsonl",
+                           "-o", "out"], clean_cwd)
+    assert message in err, err
+
+
+def test_a_scorer_that_returns_no_numbers():
+    from playpen.reward.scorers import Scorer, ScorerSpec
+
+    scorer = Scorer(ScorerSpec("x", "callable", target="m:f"), function=lambda texts: ["high" for _ in texts])
+    with pytest.raises(PlaypenError, match=r"^scorer m:f must return one number per text, returned \['high'\]"):
+        scorer(["a"])

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from playpen.storage import read_jsonl
-from tests.conftest import numberguess_messages, train
+from tests.helpers import numberguess_messages, train
 
 ARGS = ("experiment=rft", "game=numberguess", "rounds=1", "instances=16", "group_size=4", "max_per_instance=2",
         "max_new_tokens=10", "temperature=1.0", "lora=null", "trainer.max_steps=4", "trainer.save_steps=2",

@@ -20,7 +20,7 @@ from playpen.rollout import Episode, LocalPolicy, RolloutEngine, preference_pair
 from playpen.rollout.episode import BranchInfo
 from playpen.rollout.generation import Sequence, generate
 from playpen.records import EpisodeRecord, RecordWriter
-from tests.conftest import engine
+from tests.helpers import engine
 
 REPO = Path(__file__).resolve().parents[1]
 

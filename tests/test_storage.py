@@ -4,7 +4,7 @@ A neighbour with write access to the storage root plants a symbolic link or a ha
 (`victim`) at a name playpen writes (a lock, a log, a table, metrics, the final model, meter outputs and their
 old temporary names, tournament and sweep files, a folder on the way); afterwards the victim is byte for byte what
 it was, and playpen either replaced the name with a file of its own or stopped in one line. (The readers' side,
-FIFOs and devices where a file is read, is tests/test_config.py's.) Nothing here loads a model; the eval cases
+FIFOs and devices where a file is read, is tests/test_reading.py's.) Nothing here loads a model; the eval cases
 play clemcore's `mock` (a second each)."""
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ import pytest
 from playpen.cli import main
 from playpen.errors import PlaypenError
 from playpen.model_registry import playpen_home
-from playpen.storage import (STALE_TEMP_S, append_jsonl, atomic_write_json, atomic_write_text, check_location,
-                             exclusive_folder, make_folder, open_append, private_folder, read_jsonl, replace_folder)
+from playpen.storage import (STALE_TEMP_S, RunDir, append_jsonl, atomic_write_json, atomic_write_text, check_location,
+                             exclusive_folder, make_folder, open_append, private_folder, read_jsonl, replace_folder,
+                             resolve_storage_root)
 
 VICTIM = b"\\documentclass{thesis} the only copy\n"
 LINKS = ("symlink", "hardlink")
@@ -242,7 +243,7 @@ def test_the_learning_curve_replaces_a_planted_link(tmp_path, victim, kind):
 
 
 class _Trainer:
-    """What runner.finish needs of a trainer: save_model (an adapter, written 0600 as safetensors does)."""
+    """What registration.finish needs of a trainer: save_model (an adapter, written 0600 as safetensors does)."""
 
     state = SimpleNamespace(global_step=3)
 
@@ -400,3 +401,47 @@ def test_jsonl_rows_split_at_newlines_only(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text(json.dumps({"text": "a\u2028b\u0085c"}, ensure_ascii=False) + "\n")
     assert read_jsonl(path) == [{"text": "a\u2028b\u0085c"}]
+
+
+# ---------------------------------------------------------------- run folders and the storage root
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_run_dir_layout_and_atomic_writes(tmp_path):
+    run = RunDir.for_experiment(tmp_path, "exp", "r1").create()
+    assert [p.name for p in (run.checkpoints, run.records, run.logs)] == ["checkpoints", "playpen-records", "logs"]
+    atomic_write_json(run.path / "a.json", {"x": 1})
+    assert json.loads((run.path / "a.json").read_text()) == {"x": 1}
+    assert not [p for p in run.path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_storage_root_not_writable(tmp_path):
+    blocker = write(tmp_path / "file", "")
+    with pytest.raises(PlaypenError, match="storage root .* cannot be created"):
+        resolve_storage_root(blocker / "runs")
+
+
+def test_a_link_inside_a_run_folder_is_not_followed(tmp_path):
+    from playpen.storage import RunDir
+
+    run = RunDir(tmp_path / "runs" / "x" / "r1")
+    run.path.mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    run.checkpoints.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(PlaypenError, match=r"run folder .*/r1/checkpoints is a symbolic link"):
+        run.create()
+
+
+def test_atomic_writes_honour_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "a.json", "{}")
+        os.umask(0o077)
+        atomic_write_text(tmp_path / "b.json", "{}")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "b.json").stat().st_mode & 0o777 == 0o600

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import os
 import subprocess
 import sys
 import time
@@ -12,37 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from playpen.submit import jobs, plan, render, send
+from playpen.submit import executor as exe
+from playpen.submit import jobs
 from playpen.submit.cli import main
 from playpen.submit.profiles import available, load_profile, parse_time_min
+from tests.helpers import assert_clean, printed, submit_cli, submit_probe, write_sft_config
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = str(Path(sys.executable).parent)  # python, no sbatch/srun/apptainer
-SECRET = "s3cr3t-value-that-must-not-leak"
-
-
-def write_sft_config(tmp_path: Path, steps: int = 4, save_steps: int = 2, rows: int = 32) -> Path:
-    """A tiny SFT run on playpen-tiny (the data is generated here)."""
-    data = tmp_path / "sft.jsonl"
-    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"What is {i} + {i}?"},
-                                                     {"role": "assistant", "content": str(2 * i)}]}) + "\n"
-                            for i in range(rows)))
-    config = tmp_path / "sft.yaml"
-    config.write_text(f"experiment: submit-test\ndata: {data}\nstorage_root: {tmp_path / 'runs'}\n"
-                      f"trainer:\n  max_steps: {steps}\n  save_steps: {save_steps}\n"
-                      f"  per_device_train_batch_size: 4\n")
-    return config
-
-
-def run_cli(*args: str, env: dict | None = None, timeout: float = 180, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "playpen.submit", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, env=env)
-
-
-def printed(output: str, label: str) -> str:
-    """The value after `label:` in the submit printout (run dir, cancel, ...)."""
-    line = next(line for line in output.splitlines() if line.strip().startswith(f"{label}:"))
-    return line.split(":", 1)[1].strip()
 
 
 # ---------------------------------------------------------------- profiles
@@ -125,8 +101,7 @@ def test_profile_times_are_bounded(tmp_path, values, message):
 
 
 def test_a_job_inherits_an_allow_list_of_variables():
-    from playpen.submit.profiles import ClusterProfile
-    from playpen.submit.send import job_submission_env
+    from playpen.submit.profiles import ClusterProfile, job_submission_env
 
     shell = {"PATH": "/bin", "HOME": "/h", "LANG": "C.UTF-8", "HF_HOME": "/hf", "OMP_NUM_THREADS": "1",
              "SLURM_CONF": "/etc/slurm.conf", "SSHPASS": "x", "GITHUB_PAT": "x", "AWS_CREDS": "x",
@@ -206,38 +181,6 @@ def test_dry_run_of_a_sweep_is_one_job_array(tmp_path, monkeypatch, capsys):
     assert "#SBATCH --nodes=1" in out
 
 
-# the rendered job of each kind of plan, against a recorded file (tests/data/golden/; the training job's own is
-# tests/test_security.py's): a job array, a one-task GPU job without an image, the local executor's job
-GOLDEN_JOBS = {
-    "sweep_array.sbatch": ["sweep", "--config", "sweeps/tiny", "--cluster", "devcluster",
-                           "storage_root=/project/x/runs"],
-    "tournament_array.sbatch": ["tournament", "--config", "debate/tournament_tiny", "--cluster", "devcluster"],
-    "eval_gpu_no_image.sbatch": ["eval", "--config", "eval/tiny", "--cluster", "example_gpu", "--container", "none",
-                                "--gpus-per-node", "2", "storage_root=/project/x/runs"],
-    "eval_local.txt": ["eval", "--config", "eval/tiny", "--executor", "local", "--cluster", "devcluster",
-                       "storage_root=/project/x/runs"],
-}
-
-
-@pytest.mark.parametrize("name", GOLDEN_JOBS)
-def test_rendered_jobs_match_the_recorded_ones(name, tmp_path, monkeypatch, capsys):
-    """The recorded files are never rewritten by the test: a change to one is a change to the jobs playpen
-    submits, reviewed as such."""
-    monkeypatch.setenv("PATH", VENV_BIN)
-    monkeypatch.setenv("PLAYPEN_STORAGE", "/project/x/runs")
-    monkeypatch.chdir(tmp_path)
-    recorded = REPO / "tests" / "data" / "golden" / name
-    assert main([*GOLDEN_JOBS[name], "--dry-run"]) == 0
-    out = capsys.readouterr().out
-    for value, placeholder in ((str(tmp_path.resolve()), "<TMP>"), (str(tmp_path), "<TMP>"),
-                               (sys.executable, "<PYTHON>")):
-        out = out.replace(value, placeholder)
-    out = re.sub(r"\d{8}-\d{6}(-\d+)?", lambda m: "<STAMP>" if m.group(1) else "<TIME>", out)
-    assert recorded.is_file(), f"{recorded} is missing: record it by hand from the command in this test"
-    assert out.splitlines() == recorded.read_text().splitlines()
-    assert not Path("/project").exists() and not any(tmp_path.iterdir())  # a dry run creates nothing
-
-
 # ---------------------------------------------------------------- bad input: one line, exit 2, nothing submitted
 
 BAD_INPUTS = {
@@ -274,15 +217,16 @@ def test_bad_input_is_one_line_and_submits_nothing(case, tmp_path, monkeypatch, 
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.slow
 def test_without_config_the_embedded_default_is_submitted(tmp_path):
     """The card's own command: `python -m playpen.submit grpo --nodes 2` takes the demo config and says so."""
-    proc = run_cli("grpo", "--nodes", "2", "--dry-run", f"storage_root={tmp_path / 'runs'}")
+    proc = submit_cli("grpo", "--nodes", "2", "--dry-run", f"storage_root={tmp_path / 'runs'}")
     assert proc.returncode == 0, proc.stderr
     default = REPO / "playpen" / "configs" / "grpo" / "demo.yaml"  # the packaged copy of configs/grpo/demo.yaml
     assert proc.stderr.strip() == f"playpen: no --config: submitting the default {default}"
     assert "#SBATCH --nodes=2" in proc.stdout and "grpo-demo" in proc.stdout
     for command, default in (("sft", "sft/tiny_lora.yaml"), ("eval", "eval/tiny.yaml")):
-        proc = run_cli(command, "--dry-run", f"storage_root={tmp_path / 'runs'}")
+        proc = submit_cli(command, "--dry-run", f"storage_root={tmp_path / 'runs'}")
         assert proc.returncode == 0 and str(REPO / "playpen" / "configs" / default) in proc.stderr, proc.stderr
     assert not (tmp_path / "runs").exists()
 
@@ -292,7 +236,7 @@ def test_an_eval_job_with_a_partner_is_checked_and_named_by_the_pair(tmp_path):
     results folder named MODEL--PARTNER as clem names the records inside it."""
     spec = tmp_path / "e.yaml"
     spec.write_text("model: playpen-tiny\npartner: mock\ngames: [taboo]\n")
-    proc = run_cli("eval", "--config", str(spec), "--executor", "local", "--dry-run",
+    proc = submit_cli("eval", "--config", str(spec), "--executor", "local", "--dry-run",
                    f"storage_root={tmp_path / 'runs'}")
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"eval dir \S+/runs/eval/playpen-tiny--mock-\d{8}-\d{6}\b", proc.stdout), proc.stdout
@@ -324,7 +268,7 @@ def test_missing_config_file_and_status_of_a_non_run(tmp_path, capsys):
 def test_local_executor_trains_and_status_reports_it(tmp_path):
     config = write_sft_config(tmp_path, steps=4, save_steps=2)
     t0 = time.monotonic()
-    proc = run_cli("sft", "--config", str(config), "--executor", "local", "--wait")
+    proc = submit_cli("sft", "--config", str(config), "--executor", "local", "--wait")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     print(f"local SFT job, submit → result: {time.monotonic() - t0:.1f} s")
     run_dir = Path(printed(proc.stdout, "run dir"))
@@ -337,51 +281,15 @@ def test_local_executor_trains_and_status_reports_it(tmp_path):
     events = [e["event"] for e in jobs.job_events(run_dir / "logs")]
     assert events == ["started", "finished"]
     assert "  step 4/4 (100 %)  loss " in proc.stdout  # --wait streamed the run's progress from its metrics
-    status = run_cli("status", str(run_dir))
+    status = submit_cli("status", str(run_dir))
     assert status.returncode == 0 and "FINISHED" in status.stdout and "0 requeue(s) (max 3)" in status.stdout
     assert "progress: step 4/4 (100 %)  loss " in status.stdout
     short = subprocess.run([sys.executable, "-m", "playpen.cli", "status", str(run_dir)], capture_output=True,
                            text=True, timeout=60)
     assert short.stdout.splitlines()[:4] == status.stdout.splitlines()[:4]  # `playpen status` is the same command
     assert "latest checkpoint-4" in status.stdout and "[playpen] done" in status.stdout
-    logs = run_cli("logs", str(run_dir))
+    logs = submit_cli("logs", str(run_dir))
     assert "Job completed successfully" in logs.stdout
-
-
-def probe_environment() -> dict:
-    return {k: v for k, v in os.environ.items()
-            if k in ("HF_TOKEN", "MY_API_KEY", "SLURM_JOB_NAME", "SBATCH_PARTITION", "RANK", "PLAYPEN_STORAGE",
-                     "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "PATH", "SLURM_CONF")}
-
-
-def submit_probe(kind: str, tmp_path: Path, monkeypatch, profile=None) -> tuple[dict, Path]:
-    """Submit `probe_environment` from a shell holding secrets and SLURM variables of an outer job."""
-    import cloudpickle
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    for name, value in {"HF_TOKEN": SECRET, "MY_API_KEY": SECRET, "SLURM_JOB_NAME": "outer-job",
-                        "SBATCH_PARTITION": "urgent", "RANK": "5"}.items():
-        monkeypatch.setenv(name, value)
-    profile = profile or load_profile("devcluster")
-    folder = tmp_path / "probe"
-    launch = plan.launch(kind, folder, profile, tmp_path / "runs", "probe")
-    ex = render.executor(launch)
-    with send.submission_env(launch):
-        job = ex.submit(probe_environment)
-    assert os.environ["HF_TOKEN"] == SECRET  # the submitting process keeps its own environment
-    deadline = time.monotonic() + 60
-    while not job.done() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return job.result(), folder
-
-
-def assert_clean(seen: dict, folder: Path) -> None:
-    assert not {"HF_TOKEN", "MY_API_KEY", "SBATCH_PARTITION", "RANK"} & set(seen), seen
-    assert seen.get("SLURM_JOB_NAME") != "outer-job"
-    assert seen["PLAYPEN_STORAGE"].endswith("runs") and seen["OMP_NUM_THREADS"] == "1"
-    for path in folder.rglob("*"):
-        if path.is_file():
-            assert SECRET.encode() not in path.read_bytes(), path
 
 
 def test_local_job_environment_is_clean(tmp_path, monkeypatch):
@@ -404,7 +312,7 @@ def test_job_runs_behind_the_container_exec_line(tmp_path, monkeypatch):
     profile_file = tmp_path / "container.yaml"
     profile_file.write_text(text + f"container:\n  image: {image}\n  binds: [/data/$USER]\n"
                                    f"  python: {sys.executable}\n")
-    profile = plan.check_container(load_profile(str(profile_file)))
+    profile = exe.check_container(load_profile(str(profile_file)))
     monkeypatch.setenv("USER", "alice")
     seen, folder = submit_probe("local", tmp_path, monkeypatch, profile)
     assert_clean(seen, folder)
@@ -422,13 +330,13 @@ def test_train_job_pins_the_run_id():
 def test_meter_runs_as_a_job(tmp_path):
     """`playpen meter` as a submitted job: the YAML's keys are meter's own flags (checked by its parser before
     anything is submitted), the results land under <storage_root>/meter/."""
-    proc = run_cli("meter", "--executor", "local", "--wait", f"storage_root={tmp_path / 'runs'}", "samples=2",
+    proc = submit_cli("meter", "--executor", "local", "--wait", f"storage_root={tmp_path / 'runs'}", "samples=2",
                    "limit=3", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     folder = Path(printed(proc.stdout, "meter dir"))
     summary = json.loads((folder / "playpen-tiny.summary.json").read_text())
     assert folder.parent == tmp_path / "runs" / "meter" and summary["n"] == 6 and summary["samples_per_prompt"] == 2
     assert (folder / "histogram.png").is_file() and "finished: {'results_dir': " in proc.stdout
-    bad = run_cli("meter", "--executor", "local", f"storage_root={tmp_path / 'runs'}", "sampels=2", cwd=tmp_path)
+    bad = submit_cli("meter", "--executor", "local", f"storage_root={tmp_path / 'runs'}", "sampels=2", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("playpen: error: ")
     assert "unknown key 'sampels'" in bad.stderr and len(list((tmp_path / "runs" / "meter").iterdir())) == 1

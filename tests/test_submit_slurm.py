@@ -15,8 +15,8 @@ from playpen.submit import jobs, plan, render, send, watch
 from playpen.submit.cli import main
 from playpen.submit.jobs import TaskInfo
 from playpen.submit.profiles import load_profile
-from tests.devcluster import devcluster, wait_until  # noqa: F401  (devcluster: the session fixture)
-from tests.test_submit import assert_clean, printed, run_cli, submit_probe, write_sft_config
+from tests.devcluster import wait_until
+from tests.helpers import assert_clean, printed, submit_cli, submit_probe, write_sft_config
 
 pytestmark = pytest.mark.slurm
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # jobs unpickle this module's classes by value
@@ -72,7 +72,7 @@ class Launched:
 
 
 @pytest.fixture(scope="module")
-def launched(devcluster, tmp_path_factory):  # noqa: F811
+def launched(devcluster, tmp_path_factory):
     """Three real jobs at once (the dev nodes have 2 CPU slots each and the jobs use one core each):
     an uninterrupted 1-node GRPO run (--wait), the same run to be preempted, and a 2-node SFT run (--wait)."""
     tmp = tmp_path_factory.mktemp("launched")
@@ -107,7 +107,7 @@ def test_preempted_job_requeues_and_resumes_to_the_same_run(launched):
     final = wait_until(lambda: (s := watch.job_states(sub)[run.job_id][0]) in ("COMPLETED", "FAILED") and s,
                        300, "the requeued job to finish", interval=1)
     print(f"preempted GRPO job: submit → COMPLETED {time.monotonic() - run.started:.1f} s")
-    assert final == "COMPLETED", run_cli("status", str(run.run_dir), "-n", "30").stdout
+    assert final == "COMPLETED", submit_cli("status", str(run.run_dir), "-n", "30").stdout
     events = [(e["event"], e["attempt"]) for e in jobs.job_events(run.run_dir / "logs")]
     assert events == [("started", 0), ("requeued", 0), ("started", 1), ("finished", 1)]
     log = sub.log_paths(run.job_id)[0].read_text()
@@ -116,7 +116,7 @@ def test_preempted_job_requeues_and_resumes_to_the_same_run(launched):
     reference.finish()
     assert run_summary(run.run_dir) == run_summary(reference.run_dir)  # same steps and records, no preemption
     assert "REQUEUED" in sh("sacct", "-n", "-X", "-D", "-P", "-j", run.job_id, "-o", "State").split()
-    assert "2 start(s), 1 requeue(s) (max 3)" in run_cli("status", str(run.run_dir)).stdout
+    assert "2 start(s), 1 requeue(s) (max 3)" in submit_cli("status", str(run.run_dir)).stdout
 
 
 @pytest.mark.slow
@@ -134,7 +134,7 @@ def test_one_node_grpo_job_leaves_checkpoints_records_metrics(launched):
     assert (run.run_dir / "model_registry.json").is_file()
     wait_until(lambda: sh("sacct", "-n", "-X", "-P", "-j", run.job_id, "-o", "State").strip() == "COMPLETED",
                20, "sacct to record the job")
-    text = run_cli("status", str(run.run_dir)).stdout
+    text = submit_cli("status", str(run.run_dir)).stdout
     assert f"job {run.job_id}: COMPLETED on node" in text and "1 start(s), 0 requeue(s) (max 3)" in text
 
 
@@ -168,7 +168,7 @@ class Spin(jobs.PlaypenJob):
         return "not preempted"
 
 
-def test_requeues_are_bounded_by_the_profile(devcluster, tmp_path):  # noqa: F811
+def test_requeues_are_bounded_by_the_profile(devcluster, tmp_path):
     profile = load_profile("devcluster")
     launch = plan.launch("slurm", tmp_path / "jobs", profile, tmp_path / "runs", "spin")
     ex = render.executor(launch)
@@ -184,7 +184,7 @@ def test_requeues_are_bounded_by_the_profile(devcluster, tmp_path):  # noqa: F81
     assert "max_requeues=0" in events[1]["reason"]
 
 
-def test_nodes_above_the_partition_limit_are_refused(devcluster, tmp_path, capsys):  # noqa: F811
+def test_nodes_above_the_partition_limit_are_refused(devcluster, tmp_path, capsys):
     config = write_sft_config(tmp_path)
     # the `local` profile sets no max_nodes: the limit comes from SLURM (debug: MaxNodes=2)
     assert main(["sft", "--config", str(config), "--executor", "slurm", "--nodes", "3"]) == 2
@@ -202,7 +202,7 @@ def _profile(tmp_path: Path) -> Path:
     return path
 
 
-def test_slurm_job_environment_is_clean(devcluster, tmp_path, monkeypatch):  # noqa: F811
+def test_slurm_job_environment_is_clean(devcluster, tmp_path, monkeypatch):
     seen, folder = submit_probe("slurm", tmp_path, monkeypatch)
     assert_clean(seen, folder)
     assert seen["SLURM_CONF"]  # kept: the job must reach its own controller (scontrol requeue)

@@ -12,45 +12,18 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from playpen.errors import PlaypenError
 from playpen.models.specs import resolve_eval_model
 from playpen.eval.sweep import (Cell, aggregate, cell_state, format_status, load_sweep, run_cell, run_local,
                                 status)
-from playpen.models.tiny import ensure_tiny_model
 from playpen.model_registry import resolve_model
-
-
-def tiny() -> Path:
-    return ensure_tiny_model()
-
-
-def write_registry(folder: Path, broken: bool) -> None:
-    """tiny-a and tiny-b: the bundled tiny model under two names; tiny-b's weights path broken on request."""
-    base = resolve_model("playpen-tiny")
-    a = {**base, "model_name": "tiny-a"}
-    b = {**base, "model_name": "tiny-b", "huggingface_id": "/nonexistent/tiny" if broken else base["huggingface_id"]}
-    (folder / "model_registry.json").write_text(json.dumps([a, b]))
-
-
-def write_sweep(folder: Path, **overrides) -> Path:
-    config = {"name": "two-by-two", "models": ["tiny-a", "tiny-b"], "games": ["wordle", "arithmetic"],
-              "max_instances": 2, "max_new_tokens": 16, "batch_size": 4, "output_dir": str(folder / "sweep"),
-              **overrides}
-    path = folder / "sweep.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def results_by_key(sweep_dir: Path) -> dict[str, dict]:
-    return {str(p.parent.relative_to(sweep_dir / "cells")): json.loads(p.read_text())
-            for p in (sweep_dir / "cells").rglob("result.json")}
+from tests.helpers import check_refused, sweep_results, write_sweep, write_tiny_ab_registry
 
 
 def test_failed_cells_rerun_alone_and_aggregate_completes(tiny, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    write_registry(tmp_path, broken=True)
+    write_tiny_ab_registry(tmp_path, broken=True)
     path = write_sweep(tmp_path)
     first = run_local(load_sweep(path), log=lambda m: None)
     assert len(first["ran"]) == 4
@@ -60,11 +33,11 @@ def test_failed_cells_rerun_alone_and_aggregate_completes(tiny, tmp_path, monkey
     assert info["counts"] == {"done": 2, "running": 0, "failed": 2, "pending": 0}
     assert all("nonexistent" in c["error"] or "Error" in c["error"] for c in info["cells"] if c["state"] == "failed")
     assert first["aggregate"]["complete"] is False and first["aggregate"]["done"] == 2
-    done_before = results_by_key(sweep_dir)
+    done_before = sweep_results(sweep_dir)
     assert sorted(done_before) == ["tiny-a/arithmetic", "tiny-a/wordle"]
 
     # fix the registry entry; rerun from another working directory with cells that went through pickle
-    write_registry(tmp_path, broken=False)
+    write_tiny_ab_registry(tmp_path, broken=False)
     sweep = load_sweep(path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -75,7 +48,7 @@ def test_failed_cells_rerun_alone_and_aggregate_completes(tiny, tmp_path, monkey
         run_cell(str(sweep.dir), pickle.loads(pickle.dumps(cell)))
     monkeypatch.chdir(tmp_path)  # the registry that names tiny-a/tiny-b is this folder's
     assert load_sweep(path).pending_cells() == []
-    after = results_by_key(sweep_dir)
+    after = sweep_results(sweep_dir)
     assert len(after) == 4
     assert {k: after[k]["attempt"] for k in done_before} == {k: v["attempt"] for k, v in done_before.items()}
 
@@ -97,7 +70,7 @@ def test_failed_cells_rerun_alone_and_aggregate_completes(tiny, tmp_path, monkey
 
 def test_dead_job_counts_as_failed_and_changed_settings_rerun(tiny, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    write_registry(tmp_path, broken=False)
+    write_tiny_ab_registry(tmp_path, broken=False)
     path = write_sweep(tmp_path, models=["tiny-a"], games=["arithmetic"])
     sweep = load_sweep(path)
     cell = sweep.pending_cells()[0]
@@ -241,7 +214,7 @@ def test_meters_in_a_sweep_match_playpen_meter(tiny, tmp_path, monkeypatch):
     out = run_local(sweep, log=lambda m: None)
     assert not out["failed"] and out["aggregate"]["complete"]
     assert (sweep.dir / "plots" / "meter_curve.png").stat().st_size > 1000
-    result = results_by_key(sweep.dir)["playpen-tiny/meter-sentiment"]
+    result = sweep_results(sweep.dir)["playpen-tiny/meter-sentiment"]
     direct = parse_config({"model": "playpen-tiny", "output": str(tmp_path / "direct"), **settings}, "test")
     meter(direct)
     summary = json.loads((tmp_path / "direct" / "playpen-tiny.summary.json").read_text())
@@ -252,3 +225,30 @@ def test_meters_in_a_sweep_match_playpen_meter(tiny, tmp_path, monkeypatch):
     with pytest.raises(PlaypenError, match=r"meters\[0\]: .*--prompts"):
         load_sweep(write_sweep(tmp_path, models=["playpen-tiny"],
                                meters=[{**settings, "prompts": str(tmp_path / "none.jsonl")}]))
+
+
+# ---------------------------------------------------------------- bad values in a sweep file, through the command
+
+SWEEP = "name: s\nmodels: [playpen-tiny]\ngames: [wordle]\n"
+SWEEPS = {  # the sweep file's extra lines: what the line says (no cell runs, no table or heatmap is written)
+    "max_instances 0": ("max_instances: 0", "s.yaml: max_instances: must be at least 1, got 0"),
+    "max_instances -4": ("max_instances: -4", "max_instances: must be at least 1, got -4"),
+    "temperature -1": ("temperature: -1", "temperature: must be at least 0, got -1.0"),
+    "temperature inf": ("temperature: .inf", "temperature: must be a finite number, got inf"),
+    "temperature nan": ("temperature: .nan", "temperature: must be a finite number, got nan"),
+    "batch_size 0": ("batch_size: 0", "batch_size: must be at least 1, got 0"),
+    "max_new_tokens 0": ("max_new_tokens: 0", "max_new_tokens: must be at least 1, got 0"),
+    "max_new_tokens abc": ("max_new_tokens: abc", "max_new_tokens: expected int, got 'abc'"),
+    "a game's max_instances 0": ("games: [{name: wordle, max_instances: 0}]",
+                                 "s.yaml: games[0]: max_instances: must be at least 1, got 0"),
+    "a run's every 0": ("runs: [{path: folder, every: 0}]", "s.yaml: runs[0]: every: must be at least 1, got 0"),
+}
+
+
+@pytest.mark.parametrize("case", SWEEPS)
+def test_sweep_values(capsys, stocked_cwd, case):
+    extra, message = SWEEPS[case]
+    key = extra.split(":")[0]
+    text = "\n".join(line for line in SWEEP.splitlines() if not line.startswith(key + ":")) + "\n" + extra + "\n"
+    check_refused(capsys, stocked_cwd, ["submit", "sweep", "--config", "s.yaml", "--executor", "local", "--dry-run"],
+                  message, {"s.yaml": text})

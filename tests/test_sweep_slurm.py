@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.devcluster import devcluster  # noqa: F401  (the session fixture)
-from tests.test_sweep import results_by_key, write_registry, write_sweep
+from tests.helpers import sweep_results, write_sweep, write_tiny_ab_registry
 
 pytestmark = pytest.mark.slurm
 
@@ -22,8 +21,8 @@ def submit_sweep(config: Path, cwd: Path) -> subprocess.CompletedProcess:
                           cwd=cwd, capture_output=True, text=True, timeout=420, env={**os.environ})
 
 
-def test_sweep_job_array_reruns_only_failed_cells(devcluster, tmp_path):  # noqa: F811
-    write_registry(tmp_path, broken=True)
+def test_sweep_job_array_reruns_only_failed_cells(devcluster, tmp_path):
+    write_tiny_ab_registry(tmp_path, broken=True)
     config = write_sweep(tmp_path)
     sweep_dir = tmp_path / "sweep"
 
@@ -33,13 +32,13 @@ def test_sweep_job_array_reruns_only_failed_cells(devcluster, tmp_path):  # noqa
 
     counts = status(sweep_dir)["counts"]
     assert counts == {"done": 2, "running": 0, "failed": 2, "pending": 0}, first.stdout + first.stderr
-    done_before = results_by_key(sweep_dir)
+    done_before = sweep_results(sweep_dir)
     assert sorted(done_before) == ["tiny-a/arithmetic", "tiny-a/wordle"]
 
-    write_registry(tmp_path, broken=False)
+    write_tiny_ab_registry(tmp_path, broken=False)
     second = submit_sweep(config, tmp_path)
     assert second.returncode == 0, second.stdout + second.stderr
-    after = results_by_key(sweep_dir)
+    after = sweep_results(sweep_dir)
     assert sorted(after) == ["tiny-a/arithmetic", "tiny-a/wordle", "tiny-b/arithmetic", "tiny-b/wordle"]
     # the cells that were done were not run again: same attempt ids
     assert {k: after[k]["attempt"] for k in done_before} == {k: v["attempt"] for k, v in done_before.items()}
@@ -49,7 +48,7 @@ def test_sweep_job_array_reruns_only_failed_cells(devcluster, tmp_path):  # noqa
     assert json.loads((sweep_dir / "cells" / "tiny-b" / "wordle" / "result.json").read_text())["attempt"]
 
 
-def test_tournament_matches_as_one_job_array(devcluster, tmp_path):  # noqa: F811
+def test_tournament_matches_as_one_job_array(devcluster, tmp_path):
     """python -m playpen.submit tournament: one array task per seating on the dev cluster, then the dependent
     aggregate job's table; the rerun submits nothing (every match is played)."""
     config = tmp_path / "tournament.yaml"

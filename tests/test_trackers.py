@@ -14,7 +14,7 @@ import pytest
 
 from playpen.errors import PlaypenError
 from playpen.train import trackers
-from tests.conftest import fails
+from tests.helpers import fails
 
 REPO = Path(__file__).resolve().parents[1]
 

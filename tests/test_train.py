@@ -1,6 +1,6 @@
 """Trainers on playpen-tiny, for real, a few steps each: SFT full/LoRA/QLoRA, DPO static and from rollouts,
-GRPO self-play and with a teacher, resume equals an uninterrupted run, and every bad input is one clear line
-before anything is written. DeepSpeed under torchrun lives in test_train_distributed.py."""
+GRPO self-play and with a teacher (one that fails stops the run), resume equals an uninterrupted run, and every
+bad input is one clear line before anything is written. DeepSpeed under torchrun lives in test_train_distributed.py."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from playpen.storage import read_jsonl
-from tests.conftest import fails, train
+from tests.helpers import fails, refused_in_subprocess, train
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = ["apple", "crane", "slate", "house", "table", "plant", "light", "sound"]
@@ -245,3 +245,20 @@ def test_corrupt_checkpoint_names_the_file(capsys, storage, data):
     assert main(["train", "sft", f"storage_root={storage}", "cpu_threads=1", *args]) == 2  # same run dir as above
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"playpen: error: checkpoint file {weights} is corrupt") and "\n" not in err
+
+
+# ---------------------------------------------------------------- a partner that fails
+
+@pytest.mark.slow
+def test_grpo_stops_when_the_teacher_fails(dead_partner, clean_cwd):
+    err = refused_in_subprocess(clean_cwd, "train", "grpo", "storage_root=runs", "experiment=dead", "run_id=r1",
+                                "game=taboo", f"partner={dead_partner}", "self_play=false", "instances=2",
+                                "group_size=2", "max_new_tokens=8", "trainer.per_device_train_batch_size=2",
+                                "trainer.max_steps=2", "cpu_threads=1")
+    run = clean_cwd / "runs" / "dead" / "r1"
+    assert err == (f"playpen: error: partner {dead_partner} failed in 2 of 2 episodes of step 0 (partner failed: "
+                   f"APIConnectionError: Connection error.); stopped before training on them: check that its "
+                   f"service is up and its key.json entry is valid (records: {run / 'playpen-records'})")
+    assert len(list((run / "playpen-records").rglob("error.json"))) == 2  # what the teacher answered
+    assert not (run / "final").exists() and not (run / "model_registry.json").exists()
+    assert not list((run / "checkpoints").glob("checkpoint-*"))

@@ -1,7 +1,8 @@
 """playpen.train.checkpoints: a checkpoint is resumed or finished from only when it is this run's. A folder copied
 in from another run (or reached through a link) would otherwise become this run's registered final model: step 7
 of a run with max_steps 3, a rank-16 adapter under lora.r=4, full weights where the run trains an adapter. Each is
-`playpen train` as a user runs it: exit 2, one line naming the checkpoint, before any model loads."""
+`playpen train` as a user runs it: exit 2, one line naming the checkpoint, before any model loads. A stray file
+named like a checkpoint, and a save cut off by a file size limit, are one line too."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from playpen.cli import main
+from playpen.errors import PlaypenError
 from playpen.model_registry import playpen_home
 
 TRAIN = ["train", "sft", "experiment=x", "run_id=r1", "data=sft.jsonl", "storage_root=runs", "cpu_threads=1"]
@@ -121,3 +123,32 @@ def test_a_folder_planted_where_the_next_checkpoint_goes_is_removed_first(tmp_pa
     assert planted.exists()  # no save at this step: nothing touched
     callback.on_step_end(args, state, SimpleNamespace(should_save=True))
     assert not planted.exists() and victim.read_text() == "only copy"
+
+
+# ---------------------------------------------------------------- not a checkpoint; a save that cannot be written
+
+def test_a_stray_file_named_like_a_checkpoint(tmp_path):
+    from playpen.train.checkpoints import find_resume_checkpoint
+
+    (tmp_path / "checkpoint-3").write_text("not a folder")
+    with pytest.raises(PlaypenError, match=r"checkpoint-3 is a file, not a checkpoint folder; move it out of"):
+        find_resume_checkpoint(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_file_size_limit_during_a_checkpoint_save_is_one_line(clean_cwd, run_inputs):
+    """`ulimit -f` (as a full disk or quota): one line saying how to resume, not a safetensors traceback; the rerun
+    skips the cut-off checkpoint."""
+    import resource
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "playpen.cli", "train", "sft", "experiment=x", f"data={run_inputs['sft']}",
+            "storage_root=runs", "cpu_threads=1", "trainer.max_steps=2", "trainer.save_steps=1",
+            "trainer.per_device_train_batch_size=4"]
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000))  # noqa: E731 (adapter: 630 kB)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=clean_cwd, preexec_fn=limit,
+                          env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert last.startswith("playpen: error: cannot write into ") and "(File too large); free space" in last, last

@@ -320,14 +320,13 @@ def storage_root_for(profile: ClusterProfile, configured: str | None, check: boo
 def read_train(args: argparse.Namespace, profile: ClusterProfile, config: str, res: Resources) -> _Read:
     """The trainer's own config class checks keys and types now; the run id is pinned so the job, its
     requeues and a resubmission of the same command all use one run dir (the trainer's default id)."""
-    from playpen.train.run_folder import run_id_of
-    from playpen.train.runner import check_config, keys_help, load_recipe
+    from playpen.train.runner import check_config, keys_help, load_recipe, run_id_of
 
     recipe = load_recipe(args.command)
     cfg = load_config(recipe.Config, config, list(args.overrides), keys_help=keys_help(args.command))
     check_config(recipe, cfg, config)  # trainer values, key.json: refused now, not after the job started
     from playpen.games.registry import resolve_game
-    from playpen.registry import resolve_model
+    from playpen.model_registry import resolve_model
 
     if "/" not in cfg.model:  # a registry name (a folder may exist on the cluster only); its weights load in the job
         resolve_model(cfg.model)
@@ -345,7 +344,7 @@ def read_train(args: argparse.Namespace, profile: ClusterProfile, config: str, r
 def read_eval(args: argparse.Namespace, profile: ClusterProfile, config: str, res: Resources) -> _Read:
     if res.nodes > 1:
         raise PlaypenError("eval runs on one node; drop --nodes (use a sweep to spread models over nodes)")
-    from playpen.eval.pairs import pair_games, resolve_partner
+    from playpen.eval.partners import pair_games, resolve_partner
     from playpen.games.registry import select_games
     from playpen.models.specs import resolve_eval_model
 
@@ -436,7 +435,7 @@ def read_tournament(args: argparse.Namespace, profile: ClusterProfile, config: s
     local executor `array_parallelism` workers share them. A dependent job writes the table and heatmap."""
     from dataclasses import asdict
 
-    from playpen.debate import tournament
+    from playpen.debate_tools import tournament
 
     if res.nodes > 1:
         raise PlaypenError("tournament matches run on one node each; drop --nodes")

@@ -1,5 +1,4 @@
-"""One command line: the model builders and the container checks are `playpen` subcommands; their
-`python -m` forms (the Makefile's, requirements/lock.sh's) are thin aliases that parse and fail the same way."""
+"""playpen's model builders and container checks: `playpen` subcommands whose `python -m` forms are aliases."""
 from __future__ import annotations
 
 import subprocess
