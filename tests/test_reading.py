@@ -6,7 +6,6 @@ keys. Each reader is the command as a user types it, in a working folder of its 
 warning instead. Nothing here loads a model."""
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -17,25 +16,9 @@ import pytest
 from playpen.cli import main
 from playpen.reading import load_yaml, parse_json, read_text
 from playpen.errors import PlaypenError
-from playpen.model_registry import playpen_home
 
 REPO = Path(__file__).resolve().parents[1]
 SPECIAL = ("fifo", "devzero")
-
-
-@pytest.fixture
-def work(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("PLAYPEN_HOME", str(playpen_home()))
-    monkeypatch.setenv("HOME", str(tmp_path / "user"))
-    monkeypatch.delenv("PLAYPEN_STORAGE", raising=False)
-    monkeypatch.delenv("PLAYPEN_CLUSTER", raising=False)
-    work = tmp_path / "work"
-    work.mkdir()
-    monkeypatch.chdir(work)
-    row = {"messages": [{"role": "user", "content": "2 + 2?"}, {"role": "assistant", "content": "4"}]}
-    (work / "sft.jsonl").write_text(json.dumps(row) + "\n")
-    (work / "sft.yaml").write_text("experiment: x\ndata: sft.jsonl\ntrainer:\n  max_steps: 2\n")
-    return work
 
 
 def special(path: Path, kind: str) -> Path:
@@ -91,21 +74,21 @@ READERS = {  # what the user names (or playpen finds) -> (the file's name, the c
 
 @pytest.mark.parametrize("kind", SPECIAL)
 @pytest.mark.parametrize("reader", READERS)
-def test_every_file_named_is_checked_before_it_is_read(capsys, work, reader, kind):
+def test_every_file_named_is_checked_before_it_is_read(capsys, stocked_cwd, reader, kind):
     name, argv = READERS[reader]
-    special(work / name, kind)
+    special(stocked_cwd / name, kind)
     err = refused(capsys, argv)
     assert name in err and "is not a regular file" in err, err
-    assert not (work / "runs").exists() and not (work / "res").exists()
+    assert not (stocked_cwd / "runs").exists() and not (stocked_cwd / "res").exists()
 
 
 @pytest.mark.parametrize("kind", SPECIAL)
-def test_a_registry_planted_under_the_storage_root_is_skipped_with_a_warning(capsys, work, kind):
-    run = work / "runs" / "exp" / kind  # (a warning is said once per process: one path per case)
+def test_a_registry_planted_under_the_storage_root_is_skipped_with_a_warning(capsys, stocked_cwd, kind):
+    run = stocked_cwd / "runs" / "exp" / kind  # (a warning is said once per process: one path per case)
     run.mkdir(parents=True)
     (run / "config.yaml").write_text("# playpen train sft (resolved config)\nexperiment: exp\n")
     special(run / "model_registry.json", kind)
-    special(work / "runs" / "any" / "folder" / "model_registry.json", kind)  # not a run: never even read
+    special(stocked_cwd / "runs" / "any" / "folder" / "model_registry.json", kind)  # not a run: never even read
     capsys.readouterr()
     assert main(["list", "models"]) == 0  # (every user of this root, every command that resolves a model)
     out, err = capsys.readouterr()
@@ -156,18 +139,18 @@ LOADERS = {  # every YAML playpen reads, and every free-form mapping in one: (fi
 
 @pytest.mark.parametrize("bomb", ["aliases", "depth"])
 @pytest.mark.parametrize("loader", LOADERS)
-def test_every_yaml_loader_refuses_alias_bombs_and_deep_nesting(capsys, work, loader, bomb):
+def test_every_yaml_loader_refuses_alias_bombs_and_deep_nesting(capsys, stocked_cwd, loader, bomb):
     name, head, key, argv = LOADERS[loader]
     if bomb == "aliases":
         body = head + BOMB.replace("a: &a", "zz: &a") + _nested(key, "*h")
     else:
         body = head + _nested(key, DEEP)
-    (work / name).write_text(body)
+    (stocked_cwd / name).write_text(body)
     err = refused(capsys, argv)
     assert name in err and ("aliases (*" in err or "nested deeper than 64" in err), err
 
 
-def test_an_override_with_an_alias_or_deep_nesting_is_one_line(capsys, work):
+def test_an_override_with_an_alias_or_deep_nesting_is_one_line(capsys, stocked_cwd):
     err = refused(capsys, ["train", "sft", "--config", "sft.yaml", "lora.x=" + DEEP])
     assert "override 'lora.x=" in err and "nested deeper than 64 levels" in err, err[:200]
 
@@ -180,18 +163,19 @@ def test_json_nested_too_deep_is_one_line():
 
 
 @pytest.mark.parametrize("what", ["data row", "instances file", "model registry", "key.json"])
-def test_deep_json_in_any_file_is_one_line(capsys, work, what):
+def test_deep_json_in_any_file_is_one_line(capsys, stocked_cwd, what):
     deep = "[" * 100_000 + "]" * 100_000
     if what == "data row":
-        (work / "d.jsonl").write_text('{"messages": ' + deep + "}\n")
+        (stocked_cwd / "d.jsonl").write_text('{"messages": ' + deep + "}\n")
         err = refused(capsys, ["train", "sft", "experiment=x", "data=d.jsonl", "storage_root=runs"])
     elif what == "instances file":
-        (work / "i.json").write_text(deep)
-        err = refused(capsys, ["eval", "mock", "-g", "wordle", "--instance_set", str(work / "i.json"), "-r", "r"])
+        (stocked_cwd / "i.json").write_text(deep)
+        instances = str(stocked_cwd / "i.json")
+        err = refused(capsys, ["eval", "mock", "-g", "wordle", "--instance_set", instances, "-r", "r"])
     elif what == "model registry":
-        (work / "model_registry.json").write_text(deep)
+        (stocked_cwd / "model_registry.json").write_text(deep)
         err = refused(capsys, ["eval", "mock", "-g", "wordle", "-r", "res"])
     else:
-        (work / "key.json").write_text(deep)
+        (stocked_cwd / "key.json").write_text(deep)
         err = refused(capsys, ["eval", "gpt-4o", "-g", "wordle", "-r", "res"])
     assert "nested too deep" in err, err
