@@ -313,3 +313,24 @@ def test_grpo_with_the_programmatic_teacher_in_chosen_seats(tmp_path, monkeypatc
     assert len(episodes) == 4 and {e.seats["Debater B"] for e in episodes} == {"programmatic"}
     assert {e.seats["Judge"] for e in episodes} == {"programmatic"}
     assert {e.seats["Debater A"] for e in episodes} == {"playpen-tiny"}
+
+
+def test_the_curve_starts_from_the_model_the_run_continued(tmp_path):
+    """A run that continued a warm-started adapter is measured against that adapter, not the bare base weights."""
+    from playpen.debate_tools.curve import policies
+    from tests.helpers import train
+
+    row = {"messages": [{"role": "user", "content": "Argue."}, {"role": "assistant", "content": "The answer is A."}]}
+    data = tmp_path / "warm.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for _ in range(4)))
+    warm = train("sft", tmp_path / "runs", "experiment=warm", f"data={data}", "trainer.max_steps=1",
+                 "trainer.per_device_train_batch_size=2", "trainer.save_steps=1")
+    run = tmp_path / "debate-run"
+    final = run / "checkpoints" / "iter_00" / "final"
+    final.mkdir(parents=True)
+    (final / "adapter_config.json").write_text("{}")
+    found = policies(run, {"model": str(warm.path), "game": "debate"})
+    label, weights, adapter = found[0]
+    assert label == "before training" and adapter is not None and Path(adapter).resolve().is_relative_to(
+        warm.path.resolve()), found
+    assert found[1] == ("after round 0", weights, str(final))

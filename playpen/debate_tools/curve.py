@@ -37,11 +37,13 @@ def round_rows(run: Path) -> list[dict]:
 
 
 def policies(run: Path, config: dict) -> list[tuple[str, str, str | None]]:
-    """(label, weights folder, adapter folder or None): the base model, then every finished round's final."""
-    from playpen.model_registry import resolve_model
+    """(label, weights folder, adapter folder or None): the model the run started from (a registry name, or a run
+    whose adapter it continued, e.g. a warm start), then every finished round's final."""
+    from playpen.models.modeling import resolve_model_spec
 
-    base = resolve_model(config["model"])["huggingface_id"]
-    found = [("before training", base, None)]
+    start = resolve_model_spec(config["model"])
+    base = start["huggingface_id"]
+    found = [("before training", base, (start.get("model_config") or {}).get("peft_model"))]
     for k, folder in enumerate(sorted((run / "checkpoints").glob("iter_*/final"))):
         adapter = (folder / "adapter_config.json").is_file()
         found.append((f"after round {k}", base if adapter else str(folder), str(folder) if adapter else None))
