@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from playpen.submit import executor as exe
-from playpen.submit import jobs
+from playpen.submit import jobs, plan
 from playpen.submit.cli import main
 from playpen.submit.profiles import available, load_profile, parse_time_min
 from tests.helpers import assert_clean, printed, submit_cli, submit_probe, write_sft_config
@@ -101,7 +100,8 @@ def test_profile_times_are_bounded(tmp_path, values, message):
 
 
 def test_a_job_inherits_an_allow_list_of_variables():
-    from playpen.submit.profiles import ClusterProfile, job_submission_env
+    from playpen.submit.profiles import ClusterProfile
+    from playpen.submit.send import job_submission_env
 
     shell = {"PATH": "/bin", "HOME": "/h", "LANG": "C.UTF-8", "HF_HOME": "/hf", "OMP_NUM_THREADS": "1",
              "SLURM_CONF": "/etc/slurm.conf", "SSHPASS": "x", "GITHUB_PAT": "x", "AWS_CREDS": "x",
@@ -179,6 +179,38 @@ def test_dry_run_of_a_sweep_is_one_job_array(tmp_path, monkeypatch, capsys):
     cells = int(array.split("=")[1].split("-")[1].split("%")[0]) + 1
     assert cells >= 2 and array.endswith("%4"), array  # array_parallelism of the devcluster profile
     assert "#SBATCH --nodes=1" in out
+
+
+# the rendered job of each kind of plan, against a recorded file (tests/data/golden/; the training job's own is
+# tests/test_submit_script.py's): a job array, a one-task GPU job without an image, the local executor's job
+GOLDEN_JOBS = {
+    "sweep_array.sbatch": ["sweep", "--config", "sweeps/tiny", "--cluster", "devcluster",
+                           "storage_root=/project/x/runs"],
+    "tournament_array.sbatch": ["tournament", "--config", "debate/tournament_tiny", "--cluster", "devcluster"],
+    "eval_gpu_no_image.sbatch": ["eval", "--config", "eval/tiny", "--cluster", "example_gpu", "--container", "none",
+                                "--gpus-per-node", "2", "storage_root=/project/x/runs"],
+    "eval_local.txt": ["eval", "--config", "eval/tiny", "--executor", "local", "--cluster", "devcluster",
+                       "storage_root=/project/x/runs"],
+}
+
+
+@pytest.mark.parametrize("name", GOLDEN_JOBS)
+def test_rendered_jobs_match_the_recorded_ones(name, tmp_path, monkeypatch, capsys):
+    """The recorded files are never rewritten by the test: a change to one is a change to the jobs playpen
+    submits, reviewed as such."""
+    monkeypatch.setenv("PATH", VENV_BIN)
+    monkeypatch.setenv("PLAYPEN_STORAGE", "/project/x/runs")
+    monkeypatch.chdir(tmp_path)
+    recorded = REPO / "tests" / "data" / "golden" / name
+    assert main([*GOLDEN_JOBS[name], "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    for value, placeholder in ((str(tmp_path.resolve()), "<TMP>"), (str(tmp_path), "<TMP>"),
+                               (sys.executable, "<PYTHON>")):
+        out = out.replace(value, placeholder)
+    out = re.sub(r"\d{8}-\d{6}(-\d+)?", lambda m: "<STAMP>" if m.group(1) else "<TIME>", out)
+    assert recorded.is_file(), f"{recorded} is missing: record it by hand from the command in this test"
+    assert out.splitlines() == recorded.read_text().splitlines()
+    assert not Path("/project").exists() and not any(tmp_path.iterdir())  # a dry run creates nothing
 
 
 # ---------------------------------------------------------------- bad input: one line, exit 2, nothing submitted
@@ -312,7 +344,7 @@ def test_job_runs_behind_the_container_exec_line(tmp_path, monkeypatch):
     profile_file = tmp_path / "container.yaml"
     profile_file.write_text(text + f"container:\n  image: {image}\n  binds: [/data/$USER]\n"
                                    f"  python: {sys.executable}\n")
-    profile = exe.check_container(load_profile(str(profile_file)))
+    profile = plan.check_container(load_profile(str(profile_file)))
     monkeypatch.setenv("USER", "alice")
     seen, folder = submit_probe("local", tmp_path, monkeypatch, profile)
     assert_clean(seen, folder)
