@@ -14,7 +14,7 @@ from clemcore.backends import CustomResponseModel, ModelSpec
 from playpen import games
 from playpen.cli import main as playpen_main
 from playpen.games.debate import protocol as pr
-from tests.helpers import engine, fails, play_scripted, word_problems
+from tests.helpers import engine, fails, play_scripted, train, word_problems
 
 PASSAGE = "Mara Okafor works at the bakery. Tomas Reyes works at the library. Mara keeps a parrot."
 ITEM = {"game_id": 0, "passage": PASSAGE, "question": "Where does Mara Okafor work?",
@@ -318,7 +318,6 @@ def test_grpo_with_the_programmatic_teacher_in_chosen_seats(tmp_path, monkeypatc
 def test_the_curve_starts_from_the_model_the_run_continued(tmp_path):
     """A run that continued a warm-started adapter is measured against that adapter, not the bare base weights."""
     from playpen.debate_tools.curve import policies
-    from tests.helpers import train
 
     row = {"messages": [{"role": "user", "content": "Argue."}, {"role": "assistant", "content": "The answer is A."}]}
     data = tmp_path / "warm.jsonl"
