@@ -18,7 +18,9 @@ Fixed before running (the design of shared/notes/learning-from-interaction.md):
             rewards, beta 0, dynamic sampling 4, 1/0 reward);
    rft-shuffled  the control: as many episodes kept, chosen at random;
    gkd      `playpen train distill` with a model teacher: the bc arm of the same seed (a stronger checkpoint of the
-            same model), reverse KL on the learner's own episodes (beta 1); run where time allows (--arms ... gkd).
+            same model), reverse KL on the learner's own episodes (beta 1); run where time allows (--arms ... gkd);
+   bc-rft   imitation, then interaction (the SFT-then-RL recipe): half the steps bc on the same transcripts, the
+            other half rft from there; added after the first arms missed the target (--arms ... bc-rft).
    Seeds: every arm in --seeds (dagger, rft, grpo: at least 2), every seed reported.
 3. Held out: numberguess validation (400, in domain) and instances_ood (300, wider ranges, more turns), greedy and
    sampled (T=0.7, on 200 / 150 of them); success ± s.e., the paired difference of each arm against bc (s.e. and McNemar), feedback
@@ -48,7 +50,7 @@ MODEL = "smol-135m"
 GAME = "numberguess"
 HELD_OUT = {"in domain": "validation", "out of domain": "instances_ood"}
 OTHER_GAMES = ("arithmetic", "referencegame")
-ON_POLICY = ("dagger", "rft", "grpo", "gkd")
+ON_POLICY = ("dagger", "rft", "grpo", "gkd", "bc-rft")
 SAMPLED = {"validation": 200, "instances_ood": 150}  # sampled held-out episodes per set (greedy: all 400 / 300)
 
 
@@ -110,12 +112,7 @@ def arm(name: str, storage: Path, cold: Path, seed: int, args, bc: Path | None =
     per_round = max(1, steps(args) // rounds)
     sft_like = [*batch(args), f"trainer.learning_rate={args.lr}", "trainer.save_steps=5"]
     if name == "bc":
-        from playpen.games import demonstrations
-
-        n = 40 if args.pilot else 400
-        data = jsonl(storage / f"bc-{GAME}-{n}-seed{100 + seed}.jsonl",
-                     demonstrations(n, seed=100 + seed, games=(GAME,), skill_range=(1.0, 1.0)))
-        return train("sft", storage, ["experiment=interaction-bc", *common[:3], f"data={data}",
+        return train("sft", storage, ["experiment=interaction-bc", *common[:3], f"data={bc_data(storage, seed, args)}",
                                       f"trainer.max_steps={steps(args)}", *sft_like], args)
     # a round plays enough instances for its steps: one DAgger row per learner turn (~3.5 a game), RFT keeps wins
     instances = 8 if args.pilot else 48
@@ -131,6 +128,19 @@ def arm(name: str, storage: Path, cold: Path, seed: int, args, bc: Path | None =
                                           f"rounds={rounds}", f"instances={instances}", "group_size=1",
                                           f"temperature={args.temperature}", f"trainer.max_steps={per_round}",
                                           *sft_like], args)
+    if name == "bc-rft":
+        imitated, seconds = train("sft", storage, ["experiment=interaction-bc-half", *common[:3],
+                                                   f"data={bc_data(storage, seed, args)}",
+                                                   f"trainer.max_steps={steps(args) // 2}", *sft_like], args)
+        if imitated is None:
+            return None, float("nan")
+        half = max(1, rounds // 2)
+        run, more = train("rft", storage, ["experiment=interaction-bc-rft", f"model={imitated}", *common[1:],
+                                           f"rounds={half}", f"instances={instances}", "group_size=4",
+                                           "max_per_instance=2", f"temperature={args.temperature}",
+                                           f"trainer.max_steps={max(1, (steps(args) - steps(args) // 2) // half)}",
+                                           *sft_like], args)
+        return run, seconds + more
     if name in ("rft", "rft-shuffled"):
         shuffled = ["shuffle_rewards=true"] if name == "rft-shuffled" else []
         return train("rft", storage, [f"experiment=interaction-{name}", *common, f"rounds={rounds}",
@@ -149,6 +159,15 @@ def arm(name: str, storage: Path, cold: Path, seed: int, args, bc: Path | None =
                                        "trainer.beta=0.0", "trainer.loss_type=dr_grpo", "trainer.scale_rewards=batch",
                                        "trainer.save_steps=5"], args)
     raise ValueError(f"unknown arm {name}")
+
+
+def bc_data(storage: Path, seed: int, args) -> Path:
+    """Expert transcripts for the imitation arms, one set per seed (not the cold start's)."""
+    from playpen.games import demonstrations
+
+    n = 40 if args.pilot else 400
+    return jsonl(storage / f"bc-{GAME}-{n}-seed{100 + seed}.jsonl",
+                 demonstrations(n, seed=100 + seed, games=(GAME,), skill_range=(1.0, 1.0)))
 
 
 # ---------------------------------------------------------------- held-out play
@@ -277,7 +296,7 @@ def report(arms: dict, timings: dict, curves: dict, args) -> None:
     print(f"[bench_interaction] wrote {out.with_suffix('.md')}", flush=True)
 
 
-ORDER = ["cold", "bc", "dagger", "rft", "grpo", "rft-shuffled", "gkd"]
+ORDER = ["cold", "bc", "dagger", "rft", "grpo", "rft-shuffled", "gkd", "bc-rft"]
 
 
 def plot(arms: dict, path: Path, args) -> None:
