@@ -53,7 +53,7 @@ def test_one_copy_of_each_config_and_the_top_level_folder_only_points_to_it():
     if tracked.returncode == 0:  # (an unpacked copy without git: the names below still hold)
         assert tracked.stdout.split() == ["configs/README.md"], "shipped configs belong in playpen/configs/"
     assert len(packaged_config_names()) >= 35
-    assert {"grpo/demo", "rft/tiny_numberguess", "distill/tiny_numberguess", "deepspeed/zero2.json",
+    assert {"grpo/demo", "rft/tiny_wordle", "distill/tiny_wordle", "deepspeed/zero2.json",
             "cluster/example_gpu"} <= set(packaged_config_names())
 
 
@@ -188,7 +188,7 @@ def test_configs_list_names_each_with_its_command(capsys):
     assert main(["configs", "list"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^grpo/demo +playpen train grpo --config grpo/demo", out, re.M)
-    assert re.search(r"^rft/tiny_numberguess +playpen train rft", out, re.M)
+    assert re.search(r"^rft/tiny_wordle +playpen train rft", out, re.M)
     assert re.search(r"^deepspeed/zero2\.json$", out, re.M)
 
 

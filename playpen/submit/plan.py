@@ -39,8 +39,8 @@ DOCTOR_TIME_MIN = 15  # a doctor job's time limit at most: the scheduler backfil
 DEFAULT_CONFIGS = {"sft": "sft/tiny_lora.yaml", "dpo": "dpo/tiny_rollouts.yaml", "grpo": "grpo/demo.yaml",
                    "rloo": "grpo/tiny_reward_model.yaml", "reward": "reward/tiny_sentiment.yaml",
                    "eval": "eval/tiny.yaml", "meter": "meter/tiny_vader.yaml", "sweep": "sweeps/tiny.yaml",
-                   "tournament": "debate/tournament_tiny.yaml", "rft": "rft/tiny_numberguess.yaml",
-                   "distill": "distill/tiny_numberguess.yaml"}
+                   "tournament": "debate/tournament_tiny.yaml", "rft": "rft/tiny_wordle.yaml",
+                   "distill": "distill/tiny_wordle.yaml"}
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """On-policy distillation in games: the learner plays, a teacher grades each of its turns.
 
-    playpen train distill --config distill/tiny_numberguess [key=value ...]
+    playpen train distill --config distill/tiny_wordle [key=value ...]
 
 Each round (rounds.py, the loop iterative DPO and expert iteration share) the learner plays whole multi-turn
 episodes of `instances` train instances with the rollout engine (the token sequences and env_mask GRPO trains on,

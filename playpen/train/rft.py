@@ -1,6 +1,6 @@
 """Expert iteration (rejection-sampling fine-tuning, RAFT / STaR) on games: rounds of play → keep the wins → SFT.
 
-    playpen train rft --config rft/tiny_numberguess [key=value ...]
+    playpen train rft --config rft/tiny_wordle [key=value ...]
 
 Each round (rounds.py) plays `group_size` episodes of each of its `instances` train instances with the current
 model (the rollout engine, batched, at `temperature`), keeps the learner's successful episodes (the game's Success,
