@@ -276,6 +276,7 @@ def report(arms: dict, timings: dict, curves: dict, args) -> None:
         met = "–" if name not in ON_POLICY or ref is None or cold is None else \
             ("met" if target_met(evals, ref, cold, args) else "missed")
         lines.append(f"| {name} | {seed or '–'} | " + " | ".join(cells + deltas + [met]) + " |")
+    lines += consistency_split(arms)
     lines += ["", "## Other games (greedy self-play on validation, success % ± s.e.)", "",
               "| arm | seed | " + " | ".join(OTHER_GAMES) + " |", "|---|---|" + "---|" * len(OTHER_GAMES)]
     for (name, seed), evals in sorted(arms.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1])):
@@ -294,6 +295,26 @@ def report(arms: dict, timings: dict, curves: dict, args) -> None:
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     plot(arms, out.with_suffix(".png"), args)
     print(f"[bench_interaction] wrote {out.with_suffix('.md')}", flush=True)
+
+
+def consistency_split(arms: dict) -> list[str]:
+    """Success split by whether every guess of the game agreed with all earlier answers: what feedback teaches
+    (playing consistently) apart from what the expert's moves teach (where in the open interval to guess)."""
+    lines = ["", "## Consistent play and where to guess (greedy; fully consistent: every guess agrees with every "
+             "earlier answer)", "",
+             "| arm | seed | in domain: fully consistent games % | success among them % | success among the rest % "
+             "| out of domain: fully consistent % | success among them % | success among the rest % |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (name, seed), evals in sorted(arms.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1])):
+        cells = []
+        for split in HELD_OUT.values():
+            rows = [r for r in evals[(GAME, split, 0.0)]["value"] if r.get("consistency") is not None]
+            full = [r for r in rows if r["consistency"] >= 1 - 1e-9]
+            rest = [r for r in rows if r["consistency"] < 1 - 1e-9]
+            cells += [f"{100 * len(full) / max(len(rows), 1):.1f}",
+                      f"{rate(full)[0]:.1f}" if full else "–", f"{rate(rest)[0]:.1f}" if rest else "–"]
+        lines.append(f"| {name} | {seed or '–'} | " + " | ".join(cells) + " |")
+    return lines
 
 
 ORDER = ["cold", "bc", "dagger", "rft", "grpo", "rft-shuffled", "gkd", "bc-rft"]
