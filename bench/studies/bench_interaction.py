@@ -52,6 +52,7 @@ HELD_OUT = {"in domain": "validation", "out of domain": "instances_ood"}
 OTHER_GAMES = ("arithmetic", "referencegame")
 ON_POLICY = ("dagger", "rft", "grpo", "gkd", "bc-rft")
 SAMPLED = {"validation": 200, "instances_ood": 150}  # sampled held-out episodes per set (greedy: all 400 / 300)
+TRAIN_PLAYED = 96  # greedy episodes on train instances: the numbers an arm trained on (1-55; held out: 60-115)
 
 
 def parse_args():
@@ -199,13 +200,15 @@ def play(name: str, game: str, split: str, temperature: float, limit: int | None
 
 
 def evaluate(name: str, tag: str, storage: Path, args) -> dict:
-    """Held-out play of one model: numberguess in and out of domain (greedy, sampled), the other games greedy."""
+    """Held-out play of one model: numberguess in and out of domain (greedy, sampled), the other games greedy;
+    and numberguess greedy on train instances, to tell answers learned for the trained numbers from a rule."""
     sets = [(GAME, split, t) for split in HELD_OUT.values() for t in (0.0, args.eval_temperature)]
-    sets += [(game, "validation", 0.0) for game in OTHER_GAMES]
+    sets += [(game, "validation", 0.0) for game in OTHER_GAMES] + [(GAME, "train", 0.0)]
     out = {}
     for game, split, temperature in sets:
         # greedy on every held-out instance; sampled on the first (shuffled) 200 / 150
-        limit = 40 if args.pilot else (None if temperature == 0 else SAMPLED.get(split))
+        limit = 40 if args.pilot else (TRAIN_PLAYED if split == "train" else
+                                       None if temperature == 0 else SAMPLED.get(split))
         entry = cached(storage / "eval" / f"{tag}-{game}-{split}-T{temperature:g}.json",
                        lambda: play(name, game, split, temperature, limit))
         out[(game, split, temperature)] = entry
@@ -276,7 +279,7 @@ def report(arms: dict, timings: dict, curves: dict, args) -> None:
         met = "–" if name not in ON_POLICY or ref is None or cold is None else \
             ("met" if target_met(evals, ref, cold, args) else "missed")
         lines.append(f"| {name} | {seed or '–'} | " + " | ".join(cells + deltas + [met]) + " |")
-    lines += consistency_split(arms)
+    lines += consistency_split(arms) + trained_numbers(arms)
     lines += ["", "## Other games (greedy self-play on validation, success % ± s.e.)", "",
               "| arm | seed | " + " | ".join(OTHER_GAMES) + " |", "|---|---|" + "---|" * len(OTHER_GAMES)]
     for (name, seed), evals in sorted(arms.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1])):
@@ -314,6 +317,18 @@ def consistency_split(arms: dict) -> list[str]:
             cells += [f"{100 * len(full) / max(len(rows), 1):.1f}",
                       f"{rate(full)[0]:.1f}" if full else "–", f"{rate(rest)[0]:.1f}" if rest else "–"]
         lines.append(f"| {name} | {seed or '–'} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def trained_numbers(arms: dict) -> list[str]:
+    """Greedy success on the numbers an arm trained on against new numbers of the same shape: how much of what
+    it learned is answers for the train ranges rather than the rule (bisect what the answers leave open)."""
+    lines = ["", f"## Trained numbers against new ones (greedy; {TRAIN_PLAYED} train instances, numbers 1-55; "
+             "held out in domain: numbers 60-115)", "",
+             "| arm | seed | train instances % | held out in domain % | gap |", "|---|---|---|---|---|"]
+    for (name, seed), evals in sorted(arms.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1])):
+        trained, new = rate(evals[(GAME, "train", 0.0)]["value"])[0], rate(evals[(GAME, "validation", 0.0)]["value"])[0]
+        lines.append(f"| {name} | {seed or '–'} | {trained:.1f} | {new:.1f} | {trained - new:+.1f} |")
     return lines
 
 
