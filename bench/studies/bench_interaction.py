@@ -347,7 +347,7 @@ def plot(arms: dict, path: Path, args) -> None:
         values = [rate(arms[k][(GAME, split, 0.0)]["value"]) for k in names]
         ax.bar(range(len(names)), [v[0] for v in values], yerr=[v[1] for v in values], capsize=3,
                color=["gray" if k[0] in ("cold", "bc", "rft-shuffled") else "tab:blue" for k in names])
-        ax.set_xticks(range(len(names)), [f"{k[0]}\n{k[1] or ''}" for k in names], fontsize=8)
+        ax.set_xticks(range(len(names)), [f"{k[0]}\n{k[1] or ''}" for k in names], fontsize=7, rotation=45)
         ax.set_title(f"numberguess {label}, greedy")
     axes[0].set_ylabel("success % (± s.e.)")
     fig.tight_layout()
