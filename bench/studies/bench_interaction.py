@@ -259,7 +259,7 @@ def report(arms: dict, timings: dict, curves: dict, args) -> None:
              "| arm | seed | in domain greedy | sampled T=0.7 | consistency | guesses | out of domain greedy | sampled "
              "| consistency | Δ vs bc in (s.e., McNemar p) | Δ vs bc out (s.e., p) | target |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for (name, seed), evals in sorted(arms.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1])):
+    for (name, seed), evals in in_order(arms):
         ref = bc.get(seed) or (bc[min(bc)] if bc else None)
         cells = []
         for split in HELD_OUT.values():
@@ -282,14 +282,14 @@ def report(arms: dict, timings: dict, curves: dict, args) -> None:
     lines += consistency_split(arms) + trained_numbers(arms)
     lines += ["", "## Other games (greedy self-play on validation, success % ± s.e.)", "",
               "| arm | seed | " + " | ".join(OTHER_GAMES) + " |", "|---|---|" + "---|" * len(OTHER_GAMES)]
-    for (name, seed), evals in sorted(arms.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1])):
+    for (name, seed), evals in in_order(arms):
         cells = [f"{rate(evals[(g, 'validation', 0.0)]['value'])[0]:.1f} ± "
                  f"{rate(evals[(g, 'validation', 0.0)]['value'])[1]:.1f}" for g in OTHER_GAMES]
         lines.append(f"| {name} | {seed or '–'} | " + " | ".join(cells) + " |")
     lines += ["", "## Cost (this machine, shared with other work: compare within a row of runs, not across reports)",
               "", "| arm | seed | training wall s | episodes played in training | held-out success % per CPU-hour "
               "of training (in domain greedy) |", "|---|---|---|---|---|"]
-    for (name, seed), seconds in sorted(timings.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1])):
+    for (name, seed), seconds in in_order(timings):
         played = curves.get((name, seed), {}).get("episodes", 0)
         success = rate(arms[(name, seed)][(GAME, "validation", 0.0)]["value"])[0] if (name, seed) in arms else \
             float("nan")
@@ -308,7 +308,7 @@ def consistency_split(arms: dict) -> list[str]:
              "| arm | seed | in domain: fully consistent games % | success among them % | success among the rest % "
              "| out of domain: fully consistent % | success among them % | success among the rest % |",
              "|---|---|---|---|---|---|---|---|"]
-    for (name, seed), evals in sorted(arms.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1])):
+    for (name, seed), evals in in_order(arms):
         cells = []
         for split in HELD_OUT.values():
             rows = [r for r in evals[(GAME, split, 0.0)]["value"] if r.get("consistency") is not None]
@@ -326,13 +326,18 @@ def trained_numbers(arms: dict) -> list[str]:
     lines = ["", f"## Trained numbers against new ones (greedy; {TRAIN_PLAYED} train instances, numbers 1-55; "
              "held out in domain: numbers 60-115)", "",
              "| arm | seed | train instances % | held out in domain % | gap |", "|---|---|---|---|---|"]
-    for (name, seed), evals in sorted(arms.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1])):
+    for (name, seed), evals in in_order(arms):
         trained, new = rate(evals[(GAME, "train", 0.0)]["value"])[0], rate(evals[(GAME, "validation", 0.0)]["value"])[0]
         lines.append(f"| {name} | {seed or '–'} | {trained:.1f} | {new:.1f} | {trained - new:+.1f} |")
     return lines
 
 
 ORDER = ["cold", "bc", "dagger", "rft", "grpo", "rft-shuffled", "gkd", "bc-rft"]
+
+
+def in_order(by_arm: dict) -> list[tuple]:
+    """The (arm, seed) items of a dict in report order: arms as in ORDER, then seeds."""
+    return sorted(by_arm.items(), key=lambda kv: (ORDER.index(kv[0][0]), kv[0][1]))
 
 
 def plot(arms: dict, path: Path, args) -> None:
@@ -343,7 +348,7 @@ def plot(arms: dict, path: Path, args) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, (label, split) in zip(axes, HELD_OUT.items()):
-        names = sorted(arms, key=lambda k: (ORDER.index(k[0]), k[1]))
+        names = [key for key, _ in in_order(arms)]
         values = [rate(arms[k][(GAME, split, 0.0)]["value"]) for k in names]
         ax.bar(range(len(names)), [v[0] for v in values], yerr=[v[1] for v in values], capsize=3,
                color=["gray" if k[0] in ("cold", "bc", "rft-shuffled") else "tab:blue" for k in names])
