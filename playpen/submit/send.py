@@ -79,9 +79,10 @@ def submission_env(launch: Launch, output: Path | None = None) -> Iterator[None]
     """While submitting, the process environment holds only what a job may inherit (sbatch exports it all;
     the local executor copies it): no SLURM_*/SBATCH_* of the submitting shell, no secrets.
 
-    Local jobs also get the job's variables here (expanded now), and `output` (a file) replaces the
-    stdout/stderr that the job's controller process would otherwise inherit: a job running in the
-    background must not hold the submitting terminal's pipe open (`out=$(python -m playpen.submit ...)`)."""
+    Local jobs also get the job's variables here (expanded now), and `output` (a file in the folder `send` made
+    and checked under the run's root) replaces the stdout/stderr that the job's controller process would
+    otherwise inherit: a job running in the background must not hold the submitting terminal's pipe open
+    (`out=$(python -m playpen.submit ...)`)."""
     saved = dict(os.environ)
     clean = job_submission_env(saved, launch.profile)
     local = launch.executor == "local"
@@ -103,7 +104,6 @@ def submission_env(launch: Launch, output: Path | None = None) -> Iterator[None]
 def _redirected_output(path: Path) -> Iterator[None]:
     sys.stdout.flush()
     sys.stderr.flush()
-    make_folder(path.parent, "job log folder")
     fd = open_append(path, "job log")
     saved = [os.dup(1), os.dup(2)]
     try:
