@@ -76,6 +76,9 @@ def parse_args():
 
         name = slug(Path(args.model).name)
         args.out = RESULTS if args.model == "playpen-tiny" else RESULTS.with_name(f"rollout-{name}.md")
+    from playpen.storage import check_output_file
+
+    args.out = check_output_file(args.out, "--out")  # (before minutes of play: a link there is one line)
     return args
 
 
@@ -276,9 +279,10 @@ def main() -> None:
         "makes all runners play the same games, so the speed-ups are not bought with shorter episodes",
         "",
     ]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    from playpen.storage import write_output
+
     notes = NOTES + (TINY_NOTES if args.model == "playpen-tiny" else [""])
-    args.out.write_text("\n".join(lines + [line for sec in sections for line in sec] + notes))
+    write_output(args.out, "\n".join(lines + [line for sec in sections for line in sec] + notes), "--out")
     print(f"wrote {args.out}")
 
 

@@ -358,10 +358,11 @@ def main(argv=None) -> int:
     install_log = Path(args.install_log).read_text() if args.install_log and Path(args.install_log).is_file() else None
     text = report(dev, found, phases, install_log, args.dry_run, time.perf_counter() - start)
     out = Path(args.results) / f"gpu-{'dry-run' if args.dry_run else dev['slug']}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    (out.with_suffix(".json")).write_text(json.dumps({"device": dev, "versions": found, **phases}, indent=1,
-                                                      default=str))
+    from playpen.storage import write_output
+
+    write_output(out, text, "report")
+    write_output(out.with_suffix(".json"), json.dumps({"device": dev, "versions": found, **phases}, indent=1,
+                                                      default=str), "report")
     print(text)
     print(f"gpu_check: report {out}")
     return 0

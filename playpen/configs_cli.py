@@ -14,7 +14,7 @@ from pathlib import Path
 
 from playpen.config import packaged_config_names, packaged_configs
 from playpen.errors import PlaypenError
-from playpen.storage import atomic_write_bytes, check_output_file
+from playpen.storage import check_output_file, write_output
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,7 +65,7 @@ def copy_config(name: str, dest: str | None, force: bool = False) -> Path:
     if target.exists() and not force:
         raise PlaypenError(f"{target} exists; pass --force to overwrite it")
     target = check_output_file(target, "target") if target.parent.exists() else target
-    return atomic_write_bytes(target, source.read_bytes())  # (a link at the target is replaced, not written through)
+    return write_output(target, source.read_bytes(), "target")  # (a link is replaced, a device written to)
 
 
 def main(args: argparse.Namespace) -> int:

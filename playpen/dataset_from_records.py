@@ -36,7 +36,7 @@ from playpen import records
 from playpen.errors import PlaypenError
 from playpen.games.scores import main_score
 from playpen.reading import DATA_MAX_BYTES, read_bytes
-from playpen.storage import atomic_write_text, check_output_file
+from playpen.storage import check_output_file, write_output
 
 OUTCOMES = ("success", "lose", "aborted", "unknown")
 OUTCOME_ALIASES = {"failure": "lose", "loss": "lose", "lost": "lose", "abort": "aborted", "won": "success"}
@@ -284,7 +284,7 @@ def convert(results_or_records_dir: str | Path, out_jsonl: str | Path, game: str
         filters = ", ".join(f"--{k} {v}" for k, v in (("game", game), ("outcome", outcome), ("model", model)) if v)
         why = f"{filters} left none of {len(rows)} player rows" if filters else "no learner player in them"
         raise PlaypenError(f"no rows from {stats.episodes} episodes under {root}: {why}; {out} not written")
-    atomic_write_text(out, "".join(line + "\n" for line in lines))
+    write_output(out, "".join(line + "\n" for line in lines), "output")
     return stats
 
 

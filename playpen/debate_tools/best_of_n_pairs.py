@@ -20,6 +20,7 @@ from pathlib import Path
 
 from playpen.debate_tools.recorded_episodes import episodes_under, mean
 from playpen.errors import PlaypenError
+from playpen.storage import check_output_file, write_output
 
 
 def best_of_n_pairs(records_dir: str | Path, min_margin: float = 0.0) -> tuple[list[dict], dict]:
@@ -52,9 +53,9 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
+    output = check_output_file(args.output, "-o")
     pairs, summary = best_of_n_pairs(args.records_dir, args.min_margin)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("".join(json.dumps(p) + "\n" for p in pairs))
+    write_output(output, "".join(json.dumps(p) + "\n" for p in pairs), "-o")
     print(json.dumps(summary, indent=2))
     print(f"{args.output}: {len(pairs)} pairs (playpen train dpo ... data={args.output})")
     return 0

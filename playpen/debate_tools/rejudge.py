@@ -19,7 +19,7 @@ from playpen.debate_tools.recorded_episodes import Episode, episodes_under, mean
 from playpen.defaults import MAX_NEW_TOKENS, TEMPERATURE, add_max_new_tokens
 from playpen.errors import PlaypenError
 from playpen.games.debate import protocol as pr
-from playpen.storage import atomic_write_json, check_output_file
+from playpen.storage import check_output_file, write_output
 
 PROGRAMMATIC = "programmatic"
 
@@ -79,7 +79,7 @@ def rejudge(records_dir: str | Path, judge, max_tokens: int = MAX_NEW_TOKENS,
     summary = {k: None if isinstance(v, float) and v != v else v for k, v in summary.items()}  # NaN: no data
     result = {"summary": summary, "rows": rows}
     if out is not None:
-        atomic_write_json(out, result)
+        write_output(out, json.dumps(result, indent=2, ensure_ascii=False, default=str), "-o")
     return result
 
 

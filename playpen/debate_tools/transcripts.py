@@ -18,7 +18,7 @@ from pathlib import Path
 
 from playpen.debate_tools.recorded_episodes import ADVOCATES
 from playpen.errors import PlaypenError
-from playpen.storage import atomic_write_text, check_output_file
+from playpen.storage import check_output_file, write_output
 
 
 
@@ -63,7 +63,7 @@ def add_arguments(parser) -> None:
 def main(args) -> int:
     output = check_output_file(args.output, "-o")
     rows = winning_transcripts(args.game, args.episodes, args.seed)
-    atomic_write_text(output, "".join(json.dumps(r) + "\n" for r in rows))
+    write_output(output, "".join(json.dumps(r) + "\n" for r in rows), "-o")
     print(f"{args.output}: {len(rows)} winning transcripts of {args.episodes} {args.game} episodes")
     return 0
 

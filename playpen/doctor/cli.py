@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from playpen.doctor import DOCTOR_FILE, local_checks, output_folder
     from playpen.doctor.report import FAILED, as_json, table
-    from playpen.storage import atomic_write_text
+    from playpen.errors import PlaypenError
+    from playpen.storage import atomic_write_text, storage_full
 
     start = time.perf_counter()
     checks = local_checks(args.storage_root, tuple(args.skip))
@@ -31,15 +32,18 @@ def main(args: argparse.Namespace) -> int:
             "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "seconds": round(time.perf_counter() - start, 2)}
     text = as_json(checks, **meta)
     root = next((c.data.get("path") for c in checks if c.name == "storage_root" and c.status != FAILED), None)
-    written = None
+    written, unwritten = None, "not written (the storage root is not writable)"
     if root is not None:
         from pathlib import Path
 
-        written = atomic_write_text(output_folder(Path(root), "local") / DOCTOR_FILE, text)
+        try:
+            written = atomic_write_text(output_folder(Path(root), "local") / DOCTOR_FILE, text)
+        except (OSError, PlaypenError) as e:  # a full disk (the storage check above says so): the table prints
+            unwritten = f"not written ({storage_full(e) or getattr(e, 'strerror', None) or e})"
     if args.json:
         print(text)
     else:
         print(table(checks))
-        print(f"doctor: {meta['seconds']:.1f} s; report: {written or 'not written (the storage root is not writable)'}")
+        print(f"doctor: {meta['seconds']:.1f} s; report: {written or unwritten}")
     sys.stdout.flush()
     return 1 if any(c.status == FAILED for c in checks) else 0

@@ -5,11 +5,12 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from playpen.doctor.report import FAILED, WARN, Check, Finding, attempt
 from playpen.errors import PlaypenError
-from playpen.storage import open_append, resolve_storage_root, unwritable
+from playpen.storage import resolve_storage_root, unwritable
 
 LOW_SPACE_GIB = 20  # below this a checkpointing run may fill the disk: WARN
 
@@ -59,9 +60,15 @@ def _scratch(name: str, folder: str):
 
 def flock_works(folder: Path) -> tuple[str, dict]:
     """Two open file descriptions of one lock file: the second exclusive flock must be refused while the first
-    holds it (on NFS, flock maps onto POSIX locks; a mount with `nolock`/`local_lock` does not share them)."""
-    path = folder / ".playpen-doctor.lock"
-    first = open_append(path, "lock file")  # (the storage root is shared: no link followed, one link only)
+    holds it (on NFS, flock maps onto POSIX locks; a mount with `nolock`/`local_lock` does not share them). The
+    lock file is a new one of this check's own (mkstemp: a fresh name, no link followed), so another doctor's
+    lock is neither taken for a failure nor deleted."""
+    try:
+        first, name = tempfile.mkstemp(dir=folder, prefix=".playpen-doctor.", suffix=".lock")
+    except OSError as e:
+        raise Finding(FAILED, f"no lock file can be made in {folder}: {e.strerror}",
+                      "set storage_root to a writable folder with free space") from None
+    path = Path(name)
     second = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         try:

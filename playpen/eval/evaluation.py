@@ -16,10 +16,11 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from playpen.reading import read_bytes
+from playpen.reading import DATA_MAX_BYTES, read_bytes
 from playpen.defaults import BATCH_SIZE, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
 from playpen.eval.clemlog import clemcore_log, library_bars
@@ -28,8 +29,9 @@ from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game
 from playpen.models import service
 from playpen.eval.partners import pair_games, resolve_partner, results_folder, select_experiments
 from playpen.records import interactions_files
-from playpen.storage import (atomic_write_json, check_location, exclusive_folder, not_a_link, path_under,
-                             private_folder, publish, read_json_or_none, remove_tree, replace_folder, timestamp)
+from playpen.storage import (atomic_write_bytes, atomic_write_json, check_location, exclusive_folder, not_a_link,
+                             path_under, private_folder, publish, read_json_or_none, remove_tree, replace_folder,
+                             timestamp)
 
 DEFAULT_RESULTS_ROOT = "playpen-eval"
 PLAYERS = ("auto", "engine", "clemcore")
@@ -170,9 +172,37 @@ def score_game(entry: GameEntry, game_dir: Path, verbose: bool = False) -> int:
     # runner, which records no episode that raised, they count as missing, not as played or aborted
     interactions = interactions_files(game_dir, finished=True)
     if interactions:
-        with GameBenchmark.load_from_spec(entry.clem_spec()) as benchmark, library_bars(verbose):
-            benchmark.compute_scores(interactions)
+        # clemcore writes each scores.json by name (open "w"), which would follow a link planted there: it scores
+        # a private copy of the records, and each scores.json is then written into place (a link is replaced)
+        with private_folder(tempfile.gettempdir(), "playpen-scoring.") as private:
+            copies = _private_records(game_dir, interactions, private)
+            with GameBenchmark.load_from_spec(entry.clem_spec()) as benchmark, library_bars(verbose):
+                benchmark.compute_scores(copies)
+            for copy in copies:
+                if (scores := copy.parent / "scores.json").is_file():
+                    atomic_write_bytes(game_dir / scores.relative_to(private), scores.read_bytes(), root=game_dir)
     return sum(1 for _ in game_dir.rglob("scores.json"))
+
+
+def _private_records(game_dir: Path, interactions: list[Path], private: Path) -> list[Path]:
+    """The files clemcore's scorer reads (interactions.json, instance.json beside it, experiment.json above it),
+    copied into `private` in the same layout; an episode with one of them not a regular file is left out, said."""
+    copies = []
+    for path in interactions:
+        episode = path.parent.relative_to(game_dir)
+        try:
+            files = {episode / name: read_bytes(game_dir / episode / name, "record file", DATA_MAX_BYTES)
+                     for name in (path.name, "instance.json")}
+            files[episode.parent / "experiment.json"] = read_bytes(game_dir / episode.parent / "experiment.json",
+                                                                   "record file", DATA_MAX_BYTES)
+        except PlaypenError as e:
+            print(f"playpen: warning: {e}; that episode is not scored", file=sys.stderr, flush=True)
+            continue
+        for relative, data in files.items():
+            (private / relative).parent.mkdir(parents=True, exist_ok=True)
+            (private / relative).write_bytes(data)
+        copies.append(private / episode / path.name)
+    return copies
 
 
 def write_clem_tables(results_dir: Path) -> None:

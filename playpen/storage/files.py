@@ -104,6 +104,44 @@ def publish(source: str | Path, target: str | Path, root: str | Path | None = No
     return target
 
 
+def write_output(path: str | Path, data: bytes | str, what: str = "output") -> Path:
+    """The one writer of an output file a user named (`-o`, `--out`, `configs copy DEST`), checked first by
+    `check_output_file`. A regular file (or a new name) is written as `atomic_write_bytes` writes: a symbolic or
+    hard link there is replaced, never written through. A FIFO or character device (`-o /dev/null`, a pipe) is
+    written to as a stream and never renamed over (as root, a rename would replace the system's /dev/null). A
+    symbolic link or any other kind of file is refused in one line."""
+    path = Path(path)
+    data = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = stat.S_IFREG
+    if stat.S_ISLNK(mode):
+        raise PlaypenError(f"{what} {path} is a symbolic link (to {os.readlink(path)}); {LINK_ADVICE}")
+    if stat.S_ISREG(mode):
+        return atomic_write_bytes(path, data)
+    if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+        raise PlaypenError(f"{what} {path} is {'a folder' if stat.S_ISDIR(mode) else 'a socket or block device'}; "
+                           f"give a file")
+    try:  # (O_NONBLOCK: a FIFO nobody reads is one line, not a hang)
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        why = "a FIFO nobody reads" if e.errno == errno.ENXIO else e.strerror
+        raise PlaypenError(f"{what} {path} cannot be written ({why}); give a file, or start its reader first") \
+            from None
+    try:
+        info = os.fstat(fd)
+        if not (stat.S_ISFIFO(info.st_mode) or stat.S_ISCHR(info.st_mode)):  # (swapped since the lstat)
+            raise PlaypenError(f"{what} {path} changed while playpen opened it; rerun")
+        os.set_blocking(fd, True)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    return path
+
+
 def open_append(path: str | Path, what: str = "file") -> int:
     """A file descriptor to append to `path` (created if missing, never truncated): opened with O_NOFOLLOW and
     checked to be a regular file with one link, so a symbolic or hard link planted there is refused in one

@@ -14,6 +14,8 @@ from typing import Iterator
 from playpen.errors import PlaypenError
 from playpen.storage.names import LINK_ADVICE, inside
 
+OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
 def remove_tree(path: str | Path, root: str | Path) -> None:
     """rmtree, only of a real folder proven inside `root` (a link there is removed, never followed)."""
     path = Path(path)
@@ -104,13 +106,61 @@ def staging_folder(target: str | Path, root: str | Path, create: bool = True) ->
     return staged
 
 
-def share_as_umask(folder: str | Path) -> None:
+def close_to_others(folder: str | Path, what: str = "folder") -> Path:
+    """Make `folder` (a real folder) one that only this user can create names in, for folders a library writes
+    files into by name (the Trainer's checkpoints/, its README.md and checkpoint-N; a run's logs): with nobody
+    else able to add or rename an entry there, no link can be planted before or during the write. The folder
+    must be this user's (someone else's folder at a predictable name is refused in one line); its group and
+    other write bits are cleared, the read bits stay (teammates read it). A link, device, FIFO or socket in it, or
+    a file of someone else's or with more than one link (planted while it was open, e.g. under an older playpen),
+    is refused in one line naming it: the library would write through it."""
+    folder = Path(folder)
+    _real_folder(folder, what)
+    info = os.lstat(folder)
+    if info.st_uid != os.getuid():
+        raise PlaypenError(f"{what} {folder} belongs to another user (uid {info.st_uid}), who could plant links "
+                           f"in it; pick another name (run_id=...) or folder")
+    if info.st_mode & OTHERS_WRITE:
+        os.chmod(folder, stat.S_IMODE(info.st_mode) & ~OTHERS_WRITE)
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            found = entry.stat(follow_symlinks=False)
+            if stat.S_ISLNK(found.st_mode):
+                raise PlaypenError(f"{entry.path} is a symbolic link (to {os.readlink(entry.path)}) that playpen did "
+                                   f"not make; {LINK_ADVICE}")
+            if not (stat.S_ISDIR(found.st_mode) or stat.S_ISREG(found.st_mode)):
+                raise PlaypenError(f"{entry.path} is not a regular file (a FIFO, device or socket); remove it")
+            if stat.S_ISREG(found.st_mode) and (found.st_nlink != 1 or found.st_uid != os.getuid()):
+                why = f"uid {found.st_uid}'s" if found.st_uid != os.getuid() else f"{found.st_nlink} hard links'"
+                raise PlaypenError(f"{entry.path} is a file playpen did not make ({why}); playpen writes files "
+                                   f"there by name and does not write into it: remove it")
+    return folder
+
+
+def check_own_output(folder: str | Path, marker: str, what: str) -> Path:
+    """`folder`, a folder a tool replaces whole (`playpen models build-tiny --out DIR`), if it is missing, empty,
+    or the tool's own earlier output (it holds the `marker` file the tool writes last); else one line, before
+    anything is built: a folder of the user's named by mistake is never deleted."""
+    folder = Path(folder)
+    if folder.is_symlink():
+        raise PlaypenError(f"{what} {folder} is a symbolic link (to {os.readlink(folder)}); {LINK_ADVICE}")
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise PlaypenError(f"{what} {folder} is a file; give a folder (a new one, or one this tool wrote)")
+    if folder.is_dir() and any(folder.iterdir()) and not (folder / marker).is_file():
+        raise PlaypenError(f"{what} {folder} holds files this tool did not write (no {marker}); it replaces the "
+                           f"whole folder: give a new folder, or move those files away")
+    return folder
+
+
+def share_as_umask(folder: str | Path, closed: bool = False) -> None:
     """Give `folder` and everything in it the modes the umask gives new folders and files: libraries write some
     files 0600 (safetensors saves through a private temporary file) and mkdtemp makes 0700 folders, which would
-    let teammates resolve a model (`umask 002` for a shared group) but not load it. Links are left alone."""
+    let teammates resolve a model (`umask 002` for a shared group) but not load it. `closed`: the folders stay
+    closed to others' writes (`close_to_others`: a run's checkpoints and model; teammates read them, nobody else
+    adds a name). Links are left alone."""
     umask = current_umask()
     for here, folders, files in os.walk(folder):
-        os.chmod(here, 0o777 & ~umask)
+        os.chmod(here, 0o777 & ~umask & ~(OTHERS_WRITE if closed else 0))
         for name in files:
             path = os.path.join(here, name)
             mode = os.lstat(path).st_mode
@@ -118,11 +168,11 @@ def share_as_umask(folder: str | Path) -> None:
                 os.chmod(path, (0o777 if mode & 0o100 else 0o666) & ~umask)
 
 
-def replace_folder(staged: str | Path, target: str | Path, root: str | Path) -> Path:
+def replace_folder(staged: str | Path, target: str | Path, root: str | Path, closed: bool = False) -> Path:
     """Move a folder written in a `private_folder` to `target` (inside `root`), replacing what was there; its
-    modes become the umask's (`share_as_umask`)."""
+    modes become the umask's (`share_as_umask`, `closed` to others' writes where asked)."""
     staged, target = Path(staged), Path(target)
-    share_as_umask(staged)
+    share_as_umask(staged, closed)
     remove_tree(target, root)
     make_folder(target.parent, "folder", root)
     return move_tree(staged, target, root)

@@ -9,7 +9,7 @@ import re
 import socket
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from playpen.errors import PlaypenError
 from playpen.storage.files import _own_regular_file
@@ -22,7 +22,8 @@ LOCK_RECORD = re.compile(rb"\s*(pid \d+ on \S+)?\s*")
 
 
 @contextmanager
-def exclusive_folder(folder: str | Path, in_use: str, advice: str, lock_file: str = LOCK_FILE) -> Iterator[Path]:
+def exclusive_folder(folder: str | Path, in_use: str, advice: str, lock_file: str = LOCK_FILE,
+                     waiting: Callable[[str], None] | None = None) -> Iterator[Path]:
     """Hold `folder` (created if missing) for this process while the block runs; if another process holds it,
     raise one line: "<in_use> (pid N on HOST); <advice>".
 
@@ -32,7 +33,8 @@ def exclusive_folder(folder: str | Path, in_use: str, advice: str, lock_file: st
     lock a fresh file while a second still holds the old one); it only says who held it last. It is opened as
     `open_append` opens files (no link followed, one link only) and must hold nothing but such a record, so a
     file playpen did not write is never overwritten. `lock_file` holds one part of a folder that several
-    processes share (a tournament's matches).
+    processes share (a tournament's matches, a model built into $PLAYPEN_HOME/models). With `waiting`, a held
+    lock is waited for instead (after `waiting(holder)` says so): concurrent jobs building one model.
     """
     folder = make_folder(folder)
     path = folder / lock_file
@@ -41,6 +43,9 @@ def exclusive_folder(folder: str | Path, in_use: str, advice: str, lock_file: st
     except OSError as e:  # read-only mount, another user's folder, a file in the way
         if e.errno == errno.ELOOP:
             raise PlaypenError(f"lock file {path} is a symbolic link (to {os.readlink(path)}); {LINK_ADVICE}") \
+                from None
+        if e.errno == errno.ENXIO or (os.path.lexists(path) and not os.path.isfile(path)):  # (a socket, a FIFO)
+            raise PlaypenError(f"lock file {path} is not a regular file (a FIFO, device or socket); remove it") \
                 from None
         raise PlaypenError(f"folder {folder} cannot be written ({e.strerror}); pick a writable folder") from None
     try:
@@ -52,7 +57,10 @@ def exclusive_folder(folder: str | Path, in_use: str, advice: str, lock_file: st
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = held.decode(errors="replace").strip() or "pid unknown"
-            raise PlaypenError(f"{in_use} ({holder}); {advice}") from None
+            if waiting is None:
+                raise PlaypenError(f"{in_use} ({holder}); {advice}") from None
+            waiting(holder)
+            fcntl.flock(fd, fcntl.LOCK_EX)
         record = f"pid {os.getpid()} on {socket.gethostname().split('.')[0]}"[:LOCK_RECORD_BYTES - 1]
         os.pwrite(fd, record.ljust(LOCK_RECORD_BYTES - 1).encode() + b"\n", 0)
         yield folder

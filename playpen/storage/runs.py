@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import re
 import socket
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from playpen.errors import PlaypenError
-from playpen.storage.folders import make_folder
+from playpen.storage.folders import close_to_others, make_folder
 from playpen.storage.names import NAME_RULE, check_location, check_name, is_safe_name, not_a_link, path_under
 
 STORAGE_ENV = "PLAYPEN_STORAGE"
@@ -21,10 +22,19 @@ CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")  # the Hugging Face Trainer's 
 
 def check_output_file(path: str | Path, what: str) -> Path:
     """An output file a user named (`-o out.jsonl`), checked before anything runs: a plain path (as
-    `check_location`), not a symbolic link, not a folder, in a folder where a file can be created."""
+    `check_location`), not a symbolic link, not a folder, socket or block device (a FIFO or character device is
+    written as a stream: `write_output`), in a folder where a file can be created. Written by `write_output`."""
     path = not_a_link(Path(check_location(str(path), what)).expanduser(), what)
     if path.is_dir():
         raise PlaypenError(f"{what} {path} is a folder; give a file, e.g. {what} {path / 'out.json'}")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = stat.S_IFREG
+    if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
+        return path
+    if not stat.S_ISREG(mode):
+        raise PlaypenError(f"{what} {path} is a socket or block device; give a file")
     if why := unwritable(path.parent):
         raise PlaypenError(f"{what} {path} cannot be written ({why}); give {what} a file in a writable folder")
     return path
@@ -132,9 +142,14 @@ class RunDir:
         return f"{self.path.parent.name}-{self.path.name}"
 
     def create(self) -> "RunDir":
+        """The run folder and its checkpoints/, records and logs, each this user's and closed to others' writes
+        (`close_to_others`): the Trainer, TensorBoard and the trackers write files there by name (README.md,
+        checkpoint-N, event files), and run ids are predictable, so nobody else may create a name in them."""
         make_folder(not_a_link(self.path, "run folder"), "run folder")
         for d in (self.checkpoints, self.records, self.logs):  # (old checkpoints are deleted in there)
             make_folder(d, "run folder", root=self.path)
+        for d in (self.path, self.checkpoints, self.records, self.logs):
+            close_to_others(d, "run folder")
         return self
 
     @classmethod

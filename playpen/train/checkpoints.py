@@ -18,8 +18,8 @@ from typing import Callable
 
 from playpen.reading import DATA_MAX_BYTES, read_bytes, read_json
 from playpen.errors import PlaypenError
-from playpen.storage import (atomic_write_json, atomic_write_text, checkpoint_step, checkpoints_in, not_a_link,
-                             read_json_or_none, read_jsonl, remove_tree, share_as_umask)
+from playpen.storage import (atomic_write_json, atomic_write_text, checkpoint_step, checkpoints_in, close_to_others,
+                             make_folder, not_a_link, read_json_or_none, read_jsonl, remove_tree, share_as_umask)
 
 STATE_FILE = "playpen_state.json"
 FULL_CHECK_BYTES = 1 << 30  # zip files above this get a structural check only (CRCs of 10s of GB take minutes)
@@ -272,12 +272,15 @@ def _make_resume_state_callback():
 
         def on_step_end(self, args, state, control, **kwargs):
             """Before the Trainer saves checkpoint-<step> by name: a folder of that name cannot be this run's
-            (newer ones were removed when it resumed), so whatever is there, links included, goes first."""
+            (newer ones were removed when it resumed), so whatever is there, links included, goes first, and
+            the folder is made anew, closed to others' writes (nothing can be planted in it while it is saved)."""
             if control.should_save:
                 from playpen.distributed import barrier
 
                 if state.is_world_process_zero:
-                    remove_tree(Path(args.output_dir) / f"checkpoint-{state.global_step}", args.output_dir)
+                    checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                    remove_tree(checkpoint, args.output_dir)
+                    close_to_others(make_folder(checkpoint, "checkpoint folder", root=args.output_dir))
                 barrier()
 
         def on_save(self, args, state, control, **kwargs):
@@ -286,7 +289,7 @@ def _make_resume_state_callback():
             barrier()  # every rank has written its shards
             if state.is_world_process_zero:
                 checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-                share_as_umask(checkpoint)  # (safetensors writes 0600: teammates could not load it)
+                share_as_umask(checkpoint, closed=True)  # (safetensors writes 0600: teammates could not load it)
                 atomic_write_json(checkpoint / STATE_FILE,
                                   {"step": state.global_step, "global_step": self.step_offset + state.global_step,
                                    **self.extra()})

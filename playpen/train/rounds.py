@@ -20,8 +20,8 @@ from pathlib import Path
 from playpen import distributed
 from playpen.models import modeling
 from playpen.errors import PlaypenError
-from playpen.storage import (atomic_write_json, atomic_write_text, jsonl_lines, read_json_or_none, read_text_lossy,
-                             remove_tree, share_as_umask)
+from playpen.storage import (atomic_write_json, atomic_write_text, close_to_others, jsonl_lines, make_folder,
+                             read_json_or_none, read_text_lossy, remove_tree, share_as_umask)
 from playpen.train.checkpoints import find_resume_checkpoint, load_state, remove_incomplete
 from playpen.train.metrics import metrics_callback
 from playpen.train.recipe import Recipe, Session
@@ -124,7 +124,8 @@ def iterate(recipe: RoundsRecipe, session: Session):
             model, peft_config = load_round(session, iter_dir(run, k - 1) / "final", model)
         rows = _round_rows(recipe, session, k, model, offset)
         resume = find_resume_checkpoint(folder)
-        if session.is_main:
+        if session.is_main:  # the Trainer's output_dir: it writes checkpoint-N and README.md there by name
+            close_to_others(make_folder(folder, "run folder", root=run.path), "run folder")
             remove_incomplete(folder, resume)
         args = session.make_args(output_dir=folder)
         if rows:
@@ -138,7 +139,7 @@ def iterate(recipe: RoundsRecipe, session: Session):
             _clear_final(session, folder)
             _save_weights(session, model, folder / "final")
         if session.is_main:
-            share_as_umask(folder / "final")  # (safetensors writes 0600)
+            share_as_umask(folder / "final", closed=True)  # (safetensors writes 0600)
             atomic_write_json(folder / DONE, {"global_step": offset, "rows": len(rows)})
         session.barrier()
     session.state["global_step"] = offset
@@ -231,6 +232,7 @@ def _clear_final(session: Session, folder: Path) -> None:
     """A round's final/ is written by the library by name: whatever is there (links planted inside) goes first."""
     if session.is_main:
         remove_tree(folder / "final", folder)
+        close_to_others(make_folder(folder / "final", "run folder", root=folder), "run folder")
     session.barrier()
 
 

@@ -396,7 +396,7 @@ def finish(session: Session, trainer) -> None:
     session.tokenizer.save_pretrained(str(staged))
     for name, content in session.final_files.items():
         atomic_write_json(staged / name, content)
-    replace_folder(staged, final_dir, run.path)
+    replace_folder(staged, final_dir, run.path, closed=True)
     adapter = (final_dir / "adapter_config.json").is_file()
     plot_curve(run.metrics, run.path / CURVE_FILE, title=f"{session.recipe.name}: {run.name}")
     name = None
