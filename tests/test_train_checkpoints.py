@@ -6,6 +6,8 @@ named like a checkpoint, and a save cut off by a file size limit, are one line t
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -122,7 +124,8 @@ def test_a_folder_planted_where_the_next_checkpoint_goes_is_removed_first(tmp_pa
     callback.on_step_end(args, state, SimpleNamespace(should_save=False))
     assert planted.exists()  # no save at this step: nothing touched
     callback.on_step_end(args, state, SimpleNamespace(should_save=True))
-    assert not planted.exists() and victim.read_text() == "only copy"
+    assert victim.read_text() == "only copy" and os.listdir(planted) == []  # made anew, empty,
+    assert not stat.S_IMODE(planted.stat().st_mode) & 0o022  # and nobody else can plant anything in it
 
 
 # ---------------------------------------------------------------- not a checkpoint; a save that cannot be written

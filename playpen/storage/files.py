@@ -114,7 +114,7 @@ def write_output(path: str | Path, data: bytes | str, what: str = "output") -> P
     data = data.encode("utf-8") if isinstance(data, str) else data
     try:
         mode = os.lstat(path).st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # (a new name; a file on the way is said below)
         mode = stat.S_IFREG
     if stat.S_ISLNK(mode):
         raise PlaypenError(f"{what} {path} is a symbolic link (to {os.readlink(path)}); {LINK_ADVICE}")

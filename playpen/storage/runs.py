@@ -29,7 +29,7 @@ def check_output_file(path: str | Path, what: str) -> Path:
         raise PlaypenError(f"{what} {path} is a folder; give a file, e.g. {what} {path / 'out.json'}")
     try:
         mode = os.lstat(path).st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # (a new name; a file on the way is said below)
         mode = stat.S_IFREG
     if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
         return path
