@@ -21,9 +21,9 @@ import pytest
 from playpen.cli import main
 from playpen.errors import PlaypenError
 from playpen.model_registry import playpen_home
-from playpen.storage import (STALE_TEMP_S, RunDir, append_jsonl, atomic_write_json, atomic_write_text, check_location,
-                             exclusive_folder, make_folder, open_append, private_folder, read_jsonl, replace_folder,
-                             resolve_storage_root)
+from playpen.storage import (LOCK_FILE, STALE_TEMP_S, RunDir, append_jsonl, atomic_write_json, atomic_write_text,
+                             check_location, check_output_file, exclusive_folder, make_folder, open_append,
+                             private_folder, read_jsonl, replace_folder, resolve_storage_root, write_output)
 
 VICTIM = b"\\documentclass{thesis} the only copy\n"
 LINKS = ("symlink", "hardlink")
@@ -445,3 +445,228 @@ def test_atomic_writes_honour_the_umask(tmp_path):
         os.umask(old)
     assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "b.json").stat().st_mode & 0o777 == 0o600
+
+
+# ---------------------------------------------------------------- what the libraries write by name
+
+NEIGHBOUR_UID = 65534  # nobody: a folder the neighbour made at a predictable name (chown: the tests run as root)
+
+
+def test_a_run_folder_is_closed_to_others_writes_under_a_group_umask(tmp_path):
+    run = RunDir(tmp_path / "runs" / "x" / "r1")
+    old = os.umask(0o002)
+    try:
+        run.create()
+    finally:
+        os.umask(old)
+    for folder in (run.path, run.checkpoints, run.records, run.logs):  # the Trainer writes README.md, checkpoint-N
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o755, folder  # teammates read; nobody else adds a name
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="making a folder another user's needs root")
+def test_a_run_folder_someone_else_made_is_refused(tmp_path, victim):
+    run = RunDir(tmp_path / "runs" / "x" / "r1")
+    plant(run.checkpoints / "README.md", victim, "symlink")  # the model card's name, planted before the run
+    os.chown(run.path, NEIGHBOUR_UID, -1)
+    with pytest.raises(PlaypenError, match=r"run folder .*/r1 belongs to another user \(uid 65534\)"):
+        run.create()
+    assert victim.read_bytes() == VICTIM
+
+
+@pytest.mark.parametrize("kind", LINKS)
+def test_a_link_planted_in_a_run_folder_of_ones_own_is_refused(tmp_path, victim, kind):
+    run = RunDir(tmp_path / "runs" / "x" / "r1")
+    plant(run.checkpoints / "README.md", victim, kind)  # while the folder was open to the group
+    with pytest.raises(PlaypenError, match=r"checkpoints/README.md is (a symbolic link|a file playpen did not make)"):
+        run.create()
+    assert victim.read_bytes() == VICTIM
+
+
+def test_clemcore_rescores_into_place_never_through_a_replanted_link(capsys, work, victim, monkeypatch):
+    """`--skip-gameplay` rescores the records in place: a neighbour plants scores.json again after playpen
+    removed the old ones (here: at the last moment before clemcore scores), which clemcore would write through."""
+    from playpen.eval import evaluation
+
+    assert main(EVAL) == 0
+    listed = evaluation.interactions_files
+
+    def replant(game_dir, finished=False):
+        found = listed(game_dir, finished)
+        for path in found:
+            if not os.path.lexists(path.parent / "scores.json"):
+                plant(path.parent / "scores.json", victim, "symlink")
+        return found
+
+    monkeypatch.setattr(evaluation, "interactions_files", replant)
+    assert main([*EVAL, "--skip-gameplay"]) == 0
+    scores = list((work / "res" / "mock").rglob("scores.json"))
+    assert scores and all(own_file(p) for p in scores) and victim.read_bytes() == VICTIM
+    assert json.loads(scores[0].read_text())["episode scores"]
+
+
+# ---------------------------------------------------------------- locks: every lock is the storage lock
+
+@pytest.mark.parametrize("kind", LINKS)
+def test_the_model_build_lock_is_never_truncated_through_a_link(capsys, tmp_path, victim, kind):
+    from playpen.models.tiny import ensure_tiny_model
+
+    out = tmp_path / "models" / "playpen-tiny"
+    plant(out.parent / ".playpen-tiny.lock", victim, kind)
+    with pytest.raises(PlaypenError, match=r"lock file .*\.playpen-tiny\.lock (is a symbolic link|has 2 hard links)"):
+        ensure_tiny_model(out)
+    assert victim.read_bytes() == VICTIM and not out.exists()
+
+
+def test_a_held_build_lock_is_waited_for_with_the_holders_pid(tmp_path):
+    class Waited(Exception):
+        pass
+
+    def waiting(holder: str):
+        raise Waited(holder)  # (the lock would be waited for here; the test only needs to see it said)
+
+    with exclusive_folder(tmp_path, "in use", "wait", lock_file=".m.lock"):
+        with pytest.raises(Waited, match=rf"pid {os.getpid()} on "):
+            with exclusive_folder(tmp_path, "in use", "wait", lock_file=".m.lock", waiting=waiting):
+                pass
+
+
+def test_a_socket_at_a_lock_file_is_named(tmp_path):
+    import socket
+
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / LOCK_FILE))
+    try:
+        with pytest.raises(PlaypenError, match=r"lock file .*\.playpen\.lock is not a regular file"):
+            with exclusive_folder(tmp_path, "in use", "wait"):
+                pass
+    finally:
+        server.close()
+
+
+def test_doctor_beside_a_held_lock_neither_fails_nor_removes_it(tmp_path):
+    from playpen.doctor.storage import flock_works
+
+    held = tmp_path / ".playpen-doctor.lock"
+    fd = open_append(held)
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        message, _ = flock_works(tmp_path)
+    finally:
+        os.close(fd)
+    assert "refuses a second holder" in message and held.is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".playpen-doctor.lock"]
+
+
+def test_doctor_on_a_full_disk_prints_its_table(capsys, tmp_path, monkeypatch):
+    import errno
+
+    import playpen.doctor
+    import playpen.storage
+    from playpen.doctor.report import Check
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    check = Check("storage", "storage_root", "OK", f"{tmp_path}: writable", data={"path": str(tmp_path)})
+    monkeypatch.setattr(playpen.doctor, "local_checks", lambda *args: [check])
+    monkeypatch.setattr(playpen.storage, "atomic_write_text", full)
+    assert main(["doctor", "--storage-root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "storage_root" in out and "report: not written (No space left on device)" in out
+
+
+# ---------------------------------------------------------------- --out: a folder of the user's is not the tool's
+
+def test_build_tiny_never_deletes_a_folder_it_did_not_write(capsys, tmp_path):
+    mine = make_folder(tmp_path / "mine")
+    write(mine / "notes.txt", "the only copy")
+    err = one_line(capsys, ["models", "build-tiny", "--out", str(mine)])
+    assert "holds files this tool did not write (no playpen_build.json)" in err, err
+    assert (mine / "notes.txt").read_text() == "the only copy" and os.listdir(mine) == ["notes.txt"]
+
+
+def test_convert_smol_never_deletes_a_folder_it_did_not_write(capsys, tmp_path):
+    mine = make_folder(tmp_path / "mine")
+    write(mine / "notes.txt", "the only copy")
+    err = one_line(capsys, ["models", "convert-smol", "--out", str(mine)])
+    assert "holds files this tool did not write (no playpen_conversion.json)" in err, err
+    assert (mine / "notes.txt").read_text() == "the only copy"
+
+
+# ---------------------------------------------------------------- -o, --out, DEST: one checked writer
+
+@pytest.fixture
+def char_device(tmp_path) -> Path:
+    """A character device like /dev/null (mknod c 1 3), made where a user could name it."""
+    if os.getuid() != 0:
+        pytest.skip("mknod needs root")
+    path = tmp_path / "null"
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    return path
+
+
+def test_an_output_through_a_symbolic_link_is_refused(tmp_path, victim):
+    out = plant(tmp_path / "out.jsonl", victim, "symlink")
+    with pytest.raises(PlaypenError, match="is a symbolic link"):
+        write_output(out, "rows\n", "-o")
+    assert victim.read_bytes() == VICTIM
+
+
+def test_an_output_at_a_hard_link_replaces_the_name(tmp_path, victim):
+    out = plant(tmp_path / "out.jsonl", victim, "hardlink")
+    write_output(check_output_file(out, "-o"), "rows\n", "-o")
+    assert victim.read_bytes() == VICTIM and own_file(out) and out.read_text() == "rows\n"
+
+
+def test_an_output_to_a_device_is_streamed_never_renamed_over(tmp_path, char_device):
+    write_output(check_output_file(char_device, "-o"), "rows\n", "-o")
+    assert stat.S_ISCHR(os.lstat(char_device).st_mode) and os.listdir(tmp_path) == ["null"]
+
+
+def test_an_output_to_a_fifo_is_streamed_and_one_without_reader_refused(tmp_path):
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(PlaypenError, match="a FIFO nobody reads"):
+        write_output(fifo, "rows\n", "-o")
+    read = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_text()))
+    reader.start()
+    for _ in range(100):  # (until the reader has opened its end)
+        try:
+            write_output(fifo, "rows\n", "-o")
+            break
+        except PlaypenError:
+            time.sleep(0.05)
+    reader.join(5)
+    assert read == ["rows\n"] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+@pytest.mark.parametrize("kind", LINKS)
+def test_debate_pairs_output_is_never_written_through_a_link(capsys, tmp_path, victim, kind):
+    out = plant(tmp_path / "pairs.jsonl", victim, kind)
+    records = make_folder(tmp_path / "records")
+    if kind == "symlink":
+        assert "is a symbolic link" in one_line(capsys, ["debate", "pairs", str(records), "-o", str(out)])
+    else:  # checked, then no choice is found in the empty records: nothing written either way
+        assert "no best-of-n choice" in one_line(capsys, ["debate", "pairs", str(records), "-o", str(out)])
+    assert victim.read_bytes() == VICTIM
+
+
+def test_debate_pairs_output_a_folder_is_one_line(capsys, tmp_path):
+    err = one_line(capsys, ["debate", "pairs", str(tmp_path), "-o", str(tmp_path)])
+    assert "is a folder; give a file" in err, err
+
+
+def test_data_output_a_device_is_written_to_not_replaced(capsys, work, char_device):
+    assert main(EVAL) == 0
+    assert main(["data", "res", "-o", str(char_device)]) in (0, 2)  # (rows or none: never a rename)
+    assert stat.S_ISCHR(os.lstat(char_device).st_mode)
+
+
+def test_configs_copy_onto_a_device_streams_into_it(capsys, tmp_path, char_device):
+    assert main(["configs", "copy", "sft/tiny_lora", str(char_device), "--force"]) == 0
+    assert stat.S_ISCHR(os.lstat(char_device).st_mode) and os.listdir(tmp_path) == ["null"]
