@@ -177,6 +177,7 @@ def ensure_smol_model(path: Path | None = None, log=_stderr, force: bool = False
     if not force and is_converted(path, sha):
         return path
     check_own_output(path, MARKER, "--out")
+    path.parent.mkdir(parents=True, exist_ok=True)  # (an OSError here: ensure_packaged_weights names $PLAYPEN_HOME)
     with exclusive_folder(path.parent, f"{path} is being converted", "wait for it", lock_file=f".{path.name}.lock",
                           waiting=lambda holder: log(f"[{SMOL_MODEL}] another process ({holder}) is converting "
                                                      f"into {path}; waiting for it")):

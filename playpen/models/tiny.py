@@ -168,6 +168,7 @@ def ensure_tiny_model(path: Path | None = None, log=print) -> Path:
     path = path or default_path()
     if is_built(path):
         return path
+    path.parent.mkdir(parents=True, exist_ok=True)  # (an OSError here: ensure_packaged_weights names $PLAYPEN_HOME)
     with build_lock(path, log):
         if not is_built(path):
             build(path, log=log)
