@@ -229,6 +229,7 @@ def submit_probe(kind: str, tmp_path: Path, monkeypatch, profile=None) -> tuple[
     """Submit `probe_environment` from a shell holding secrets and SLURM variables of an outer job."""
     import cloudpickle
 
+    from playpen.storage import make_private_folder
     from playpen.submit import plan, render, send
     from playpen.submit.profiles import load_profile
 
@@ -238,6 +239,7 @@ def submit_probe(kind: str, tmp_path: Path, monkeypatch, profile=None) -> tuple[
         monkeypatch.setenv(name, value)
     profile = profile or load_profile("devcluster")
     folder = tmp_path / "probe"
+    make_private_folder(folder, "job folder", root=tmp_path)  # as make_job_folder does: jobs load only from such
     launch = plan.launch(kind, folder, profile, tmp_path / "runs", "probe")
     ex = render.executor(launch)
     with send.submission_env(launch):

@@ -141,7 +141,7 @@ def test_dry_run_prints_the_gpu_cluster_script(tmp_path, monkeypatch, capsys):
     assert "--cpu-bind=none" in srun
     exec_line = ('apptainer exec --nv --bind "/project/my-project/playpen/runs,/scratch/$USER,'
                  '/project/my-project/data" /project/my-project/containers/playpen.sif python -u -m '
-                 'submitit.core._submit /project/my-project/playpen/runs/submit-test/')
+                 'playpen.submit.start -u -m submitit.core._submit /project/my-project/playpen/runs/submit-test/')
     assert exec_line in srun, srun
     assert not Path("/project").exists()  # nothing created, nothing submitted
 
@@ -160,11 +160,12 @@ def test_dry_run_gres_and_no_gpu_flags(tmp_path, monkeypatch, capsys):
                  "--container", "none", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "#SBATCH --ntasks-per-node=1" in out and "--nv" not in out and "apptainer exec" not in out
-    assert f"{sys.executable} -u -m submitit.core._submit" in out
+    assert f"{sys.executable} -u -m playpen.submit.start -u -m submitit.core._submit" in out
     # the local executor's plan: the job's variables and command, and nothing created
     assert main(["sft", "--config", str(config), "--executor", "local", "--cluster", "devcluster", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "OMP_NUM_THREADS=1" in out and f"{sys.executable} -u -m submitit.core._submit" in out
+    assert "OMP_NUM_THREADS=1" in out
+    assert f"{sys.executable} -u -m playpen.submit.start -u -m submitit.core._submit" in out
     assert not (tmp_path / "runs").exists()
 
 
@@ -207,7 +208,7 @@ def test_rendered_jobs_match_the_recorded_ones(name, tmp_path, monkeypatch, caps
     for value, placeholder in ((str(tmp_path.resolve()), "<TMP>"), (str(tmp_path), "<TMP>"),
                                (sys.executable, "<PYTHON>")):
         out = out.replace(value, placeholder)
-    out = re.sub(r"\d{8}-\d{6}(-\d+)?", lambda m: "<STAMP>" if m.group(1) else "<TIME>", out)
+    out = re.sub(r"\d{8}-\d{6}(-\d+-[0-9a-f]{8})?", lambda m: "<STAMP>" if m.group(1) else "<TIME>", out)
     assert recorded.is_file(), f"{recorded} is missing: record it by hand from the command in this test"
     assert out.splitlines() == recorded.read_text().splitlines()
     assert not Path("/project").exists() and not any(tmp_path.iterdir())  # a dry run creates nothing
@@ -350,7 +351,8 @@ def test_job_runs_behind_the_container_exec_line(tmp_path, monkeypatch):
     assert_clean(seen, folder)
     argv = argv_log.read_text().splitlines()
     assert argv[:4] == ["exec", "--bind", f"{tmp_path / 'runs'},/data/alice", str(image)]  # no --nv on CPU
-    assert argv[4:7] == [sys.executable, "-u", "-m"] and argv[7] == "submitit.core._submit"
+    assert argv[4:] == [sys.executable, "-u", "-m", "playpen.submit.start", "-u", "-m", "submitit.core._submit",
+                        str(folder)]
 
 
 def test_train_job_pins_the_run_id():

@@ -11,7 +11,7 @@ from playpen.errors import PlaypenError
 from tests.helpers import CONFIGS, ESCAPES, INJECTIONS, REPO, refused
 
 GOLDEN = REPO / "tests" / "data" / "golden"
-STAMP = re.compile(r"\d{8}-\d{6}-\d+")  # the submission folder's time and pid
+STAMP = re.compile(r"\d{8}-\d{6}-\d+-[0-9a-f]{8}")  # the submission folder's time, pid and random part
 
 # job kind -> (its default config, {field: its kind}). Every name and location field is a storage.Name or
 # Location, run against every hostile value in test_storage_names.py (which also checks the annotations); here

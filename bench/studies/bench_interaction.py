@@ -29,7 +29,9 @@ Target: an on-policy arm beats bc by more than 2 paired s.e. in domain and out o
 consistency, and no other game lower than the cold start by more than 1 s.e.
 
 Every stage is an ordinary `playpen train` run under --storage (bench_learning.train: a rerun reuses or resumes it);
-evaluations are cached per model, set and temperature. The report is rewritten after every evaluation.
+evaluations are cached per model, set and temperature in bench/results/interaction-evals/ (committed: the report
+can be rebuilt where the runs are gone), with each stage's training time. The report is rewritten after every
+evaluation.
 """
 from __future__ import annotations
 
@@ -72,6 +74,9 @@ def parse_args():
     p.add_argument("--eval-temperature", type=float, default=0.7, help="sampled held-out play")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--report", default="interaction", help="report name in bench/results")
+    p.add_argument("--evals", default=str(RESULTS / "interaction-evals"),
+                   help="held-out plays and training times, kept in the repository: the report can be rebuilt "
+                        "from them where the runs themselves are gone (another machine, another session)")
     return p.parse_args()
 
 
@@ -199,6 +204,34 @@ def play(name: str, game: str, split: str, temperature: float, limit: int | None
     return rows
 
 
+def evals_folder(args) -> Path:
+    return Path(args.evals) / ("pilot" if args.pilot else "main")
+
+
+def evaluated(tag: str, args) -> bool:
+    """Every held-out play of `tag` is cached: the report can use it without its run."""
+    return len(list(evals_folder(args).glob(f"{tag}-*.json"))) >= 2 * len(HELD_OUT) + len(OTHER_GAMES) + 1
+
+
+def timing(tag: str, seconds: float, args) -> float:
+    """Training wall time of a stage, remembered beside the evaluations (a reused stage reports the first time)."""
+    path = evals_folder(args) / "timings.json"
+    known = json.loads(path.read_text()) if path.is_file() else {}
+    if seconds == seconds and tag not in known:
+        known[tag] = {"seconds": seconds, "machine": platform.processor() or platform.machine(),
+                      "cpu": cpu_name(), "bf16": precision_here()}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
+    return known.get(tag, {}).get("seconds", seconds)
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
 def evaluate(name: str, tag: str, storage: Path, args) -> dict:
     """Held-out play of one model: numberguess in and out of domain (greedy, sampled), the other games greedy;
     and numberguess greedy on train instances, to tell answers learned for the trained numbers from a rule."""
@@ -209,7 +242,7 @@ def evaluate(name: str, tag: str, storage: Path, args) -> dict:
         # greedy on every held-out instance; sampled on the first (shuffled) 200 / 150
         limit = 40 if args.pilot else (TRAIN_PLAYED if split == "train" else
                                        None if temperature == 0 else SAMPLED.get(split))
-        entry = cached(storage / "eval" / f"{tag}-{game}-{split}-T{temperature:g}.json",
+        entry = cached(evals_folder(args) / f"{tag}-{game}-{split}-T{temperature:g}.json",
                        lambda: play(name, game, split, temperature, limit))
         out[(game, split, temperature)] = entry
     return out
@@ -382,24 +415,26 @@ def main() -> None:
     arms, timings, curves, runs = {}, {}, {}, {}
     started = time.time()
     cold, seconds = cold_start(storage, args)
-    if cold is None:
+    if cold is None and not evaluated("cold", args):
         print("[bench_interaction] the cold start has not finished; nothing to report")
         return
-    timings[("cold", 0)] = seconds
+    timings[("cold", 0)] = timing("cold", seconds, args)
     arms[("cold", 0)] = evaluate(str(cold), "cold", storage, args)
     report(arms, timings, curves, args)
     # seed-major: every arm of the first seed before any second seed, so an interrupted run still compares arms
     for seed in args.seeds:
         for name in args.arms:
-            if name in ("bc", "rft-shuffled") and seed != args.seeds[0] and len(args.seeds) > 2:
-                continue  # controls: the first two seeds only when many are asked for
+            if name == "rft-shuffled" and seed not in args.seeds[:2]:
+                continue  # the control: the first two seeds only (bc is every seed's baseline)
+            tag = f"{name}-s{seed}"
             run, seconds = arm(name, storage, cold, seed, args, bc=runs.get(("bc", seed)))
-            if run is None:
+            if run is None and not evaluated(tag, args):
                 continue
-            runs[(name, seed)] = run
-            timings[(name, seed)] = seconds
+            if run is not None:
+                runs[(name, seed)] = run
+            timings[(name, seed)] = timing(tag, seconds, args)
             curves[(name, seed)] = {"episodes": episodes_played(run)}
-            arms[(name, seed)] = evaluate(str(run), f"{name}-s{seed}", storage, args)
+            arms[(name, seed)] = evaluate(str(run), tag, storage, args)
             report(arms, timings, curves, args)
     print(f"[bench_interaction] done in {time.time() - started:.0f} s")
 

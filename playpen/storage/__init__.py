@@ -17,11 +17,12 @@ The parts: names.py (names, paths, `path_under`), folders.py, files.py, locks.py
 root, checkpoints); everything is imported from here.
 """
 from playpen.storage.files import (FULL, STALE_TEMP_S, append_jsonl, atomic_write_bytes, atomic_write_json,
-                                   atomic_write_text, jsonl_lines, open_append, publish, read_json_or_none,
-                                   read_jsonl, read_text_lossy, storage_full, write_figure, write_output,
-                                   written_by_me)
-from playpen.storage.folders import (check_own_output, close_to_others, current_umask, make_folder, move_tree,
-                                     private_folder, remove_tree, replace_folder, share_as_umask, staging_folder)
+                                   atomic_write_text, jsonl_lines, open_append, open_private_file, publish,
+                                   read_json_or_none, read_jsonl, read_text_lossy, storage_full, write_figure,
+                                   write_output)
+from playpen.storage.folders import (check_own_output, close_to_others, current_umask, make_folder,
+                                     make_private_folder, move_tree, private_folder, remove_tree, replace_folder,
+                                     share_as_umask, staging_folder)
 from playpen.storage.locks import LOCK_FILE, exclusive_folder
 from playpen.storage.names import (LINK_ADVICE, NAME, NAME_MAX, NAME_RULE, UNSAFE_IN_PATH, Location, Name,
                                    check_location, check_name, inside, is_safe_name, not_a_link, path_under, slug,
@@ -32,12 +33,12 @@ from playpen.storage.runs import (CHECKPOINT_NAME, DEFAULT_STORAGE, STORAGE_ENV,
 
 __all__ = [
     "FULL", "STALE_TEMP_S", "append_jsonl", "atomic_write_bytes", "atomic_write_json", "atomic_write_text",
-    "jsonl_lines", "open_append", "publish", "read_json_or_none", "read_jsonl", "read_text_lossy", "storage_full",
-    "write_figure", "write_output", "written_by_me", "check_own_output", "close_to_others", "current_umask",
-    "make_folder", "move_tree", "private_folder", "remove_tree", "replace_folder", "share_as_umask", "staging_folder",
-    "LOCK_FILE", "exclusive_folder",
-    "LINK_ADVICE", "NAME", "NAME_MAX", "NAME_RULE", "UNSAFE_IN_PATH", "Location", "Name", "check_location",
-    "check_name", "inside", "is_safe_name", "not_a_link", "path_under", "slug", "slug_joined", "CHECKPOINT_NAME",
-    "DEFAULT_STORAGE", "STORAGE_ENV", "RunDir", "check_output_file", "checkpoint_step", "checkpoints_in",
-    "is_run_dir", "new_run_id", "resolve_storage_root", "timestamp", "unwritable",
+    "jsonl_lines", "open_append", "open_private_file", "publish", "read_json_or_none", "read_jsonl",
+    "read_text_lossy", "storage_full", "write_figure", "write_output", "check_own_output", "close_to_others",
+    "current_umask", "make_folder", "make_private_folder", "move_tree", "private_folder", "remove_tree",
+    "replace_folder", "share_as_umask", "staging_folder", "LOCK_FILE", "exclusive_folder", "LINK_ADVICE", "NAME",
+    "NAME_MAX", "NAME_RULE", "UNSAFE_IN_PATH", "Location", "Name", "check_location", "check_name", "inside",
+    "is_safe_name", "not_a_link", "path_under", "slug", "slug_joined", "CHECKPOINT_NAME", "DEFAULT_STORAGE",
+    "STORAGE_ENV", "RunDir", "check_output_file", "checkpoint_step", "checkpoints_in", "is_run_dir", "new_run_id",
+    "resolve_storage_root", "timestamp", "unwritable",
 ]

@@ -174,14 +174,43 @@ def _own_regular_file(fd: int, path: Path, what: str) -> None:
                            f"elsewhere); playpen does not write into a file shared that way: remove it")
 
 
-def written_by_me(path: str | Path) -> bool:
-    """`path` is a regular file of this user's with one link (lstat: not a link): for files whose content runs
-    code when loaded (submitit's pickles), which must not come from anyone else on shared storage."""
+def open_private_file(path: str | Path, wait_s: float = 0.0) -> io.BufferedReader:
+    """`path` opened for reading only if nobody else can have written it: its folder is this user's and private
+    (no link, mode 0700), the file a regular file of this user's with one link. For files whose content runs code
+    when loaded (submitit's pickles). The file is opened relative to the checked folder, so renaming folders
+    above it after the check changes nothing. Waits up to `wait_s` for the file to appear (a job may start
+    before its submitter has put the pickle in place). Raises PlaypenError naming what is wrong."""
+    path = Path(path)
     try:
-        info = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and info.st_nlink == 1
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as e:
+        raise PlaypenError(f"folder {path.parent} cannot be opened as a real folder ({e.strerror})") from None
+    try:
+        info = os.fstat(folder)
+        if info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise PlaypenError(f"folder {path.parent} is not private to you (owner uid {info.st_uid}, mode "
+                               f"{stat.S_IMODE(info.st_mode):04o}); someone else could have written {path.name} "
+                               f"there, so it is not loaded")
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+                break
+            except FileNotFoundError:
+                if time.monotonic() >= deadline:
+                    raise PlaypenError(f"{path} is not there") from None
+                time.sleep(0.5)
+            except OSError as e:  # ELOOP: a link
+                raise PlaypenError(f"{path} cannot be opened as a regular file ({e.strerror})") from None
+    finally:
+        os.close(folder)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_nlink != 1:
+        os.close(fd)
+        raise PlaypenError(f"{path} is not a regular file of yours with one link (owner uid {info.st_uid}, "
+                           f"{info.st_nlink} links), so it is not loaded")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def append_jsonl(path: str | Path, record: dict, root: str | Path | None = None) -> None:

@@ -75,6 +75,23 @@ def make_folder(folder: str | Path, what: str = "folder", root: str | Path | Non
     return folder
 
 
+def make_private_folder(folder: str | Path, what: str, root: str | Path) -> Path:
+    """A new folder only this user can enter (0700), made by this call (it must not exist yet: a folder already
+    there was made by someone, maybe a neighbour, before this submission), under real folders inside `root`.
+    For folders whose files run code when loaded (submitit's pickles): see `open_private_file`."""
+    folder = Path(folder)
+    make_folder(folder.parent, what, root)
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        raise PlaypenError(f"{what} {folder} already exists, made before this submission (by whom: ls -ld it); "
+                           f"playpen makes a new one each time: remove it and resubmit") from None
+    except OSError as e:
+        raise PlaypenError(f"{what} {folder} cannot be made ({e.strerror}); pick a writable folder") from None
+    os.chmod(folder, 0o700)  # (mkdir's mode is cut by the umask only; this states it)
+    return folder
+
+
 @contextmanager
 def private_folder(parent: str | Path, prefix: str) -> Iterator[Path]:
     """A new folder in `parent` that only this user can enter (mkdtemp: a fresh random name, mode 0700), removed

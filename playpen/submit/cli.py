@@ -23,7 +23,7 @@ from playpen.doctor.features import FEATURES
 from playpen.submit import jobs
 from playpen.submit.plan import DEFAULT_CONFIGS, EXECUTORS, SUBMIT_COMMANDS, TRAIN_METHODS, read_plan
 from playpen.submit.render import print_dry_run, render
-from playpen.submit.send import send
+from playpen.submit.send import make_job_folder, send
 from playpen.submit.watch import render_status, show_logs, watch
 
 
@@ -135,5 +135,6 @@ def submit(args: argparse.Namespace) -> int:
         return 0
     if plan.dry_run:
         return print_dry_run(plan)
+    make_job_folder(plan)
     submission, submitted = send(plan, render(plan))
     return watch(plan, submission, submitted, args.wait)

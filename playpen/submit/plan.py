@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import re
 import shutil
 import subprocess
@@ -126,7 +127,8 @@ def read_plan(args: argparse.Namespace) -> Plan | None:
         print(f"playpen: warning: container image {profile.container.image} not found here; the script "
               f"names it (build it with `make image`, or pass --container none)", file=sys.stderr, flush=True)
     # submitit's folder, fresh per submission (job ids, and a local job's pids, recur): made of checked parts
-    folder = read.directory / LOGS / "submitit" / f"{timestamp()}-{os.getpid()}"
+    # (a random part: a name nobody can guess and make first; send.make_job_folder makes it, 0700)
+    folder = read.directory / LOGS / "submitit" / f"{timestamp()}-{os.getpid()}-{secrets.token_hex(4)}"
     name = f"playpen-{command}"
     job_launch = launch(executor, folder, profile, read.storage_root, name, res, time_min)
     after = launch(executor, folder, profile, read.storage_root, f"{name}-aggregate", Resources(), time_min) \

@@ -4,7 +4,7 @@ checked here again (plan.py did, where each value was read).
 The sbatch script is submitit's own (`SlurmExecutor._make_submission_file_text`); a plan only fills its
 parameters, and `--dry-run` prints that same text without needing SLURM. With an image, submitit's python
 command becomes `<runtime> exec [--nv] --bind ... <image> python`, so submitit's pickled-callable machinery
-itself runs inside the container.
+itself runs inside the container; either way it starts through `playpen.submit.start`, which checks the pickle.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from submitit.slurm.slurm import SlurmExecutor
 
 from playpen.errors import PlaypenError
 from playpen.submit.plan import Launch, Plan
+from playpen.submit.start import start_command
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ def render(plan: Plan) -> Executors:
 
 def executor(launch: Launch, preview: bool = False) -> submitit.Executor:
     """`preview`: a SlurmExecutor that exists without SLURM, to print its script."""
-    python = shell_join(launch.python) if launch.python is not None else None
+    python = job_python(launch)
     requeues = launch.profile.max_requeues
     if launch.executor == "slurm":
         cls = _PreviewSlurmExecutor if preview else SlurmExecutor
@@ -46,6 +47,12 @@ def executor(launch: Launch, preview: bool = False) -> submitit.Executor:
     except ValueError as e:  # submitit lists the valid parameters
         raise PlaypenError(f"cluster profile {launch.profile.name}: {str(e).splitlines()[0]}") from None
     return ex
+
+
+def job_python(launch: Launch) -> str:
+    """The python command a job starts with (the image's, or this one's): playpen.submit.start, which loads the
+    pickled job only once it is proven this user's, then hands over to submitit."""
+    return shell_join(start_command(launch.python or [sys.executable]))
 
 
 def slurm_parameters(launch: Launch) -> dict[str, Any]:
@@ -117,7 +124,7 @@ def print_dry_run(plan: Plan) -> int:
     if launch.executor == "slurm":
         print(sbatch_script(executor(launch, preview=True), n))
         return 0
-    python = shell_join(launch.python) if launch.python is not None else sys.executable
+    python = job_python(launch)
     print("# local executor: with these variables, the job's python in one process per task")
     print("\n".join(f"{k}={v}" for k, v in launch.exports.items()))
     print(f"{python} -u -m submitit.core._submit {launch.folder}  "

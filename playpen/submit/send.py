@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from playpen.storage import make_folder, open_append
+from playpen.storage import make_private_folder, open_append
 from playpen.submit.plan import Launch, Plan
 from playpen.submit.profiles import ClusterProfile
 from playpen.submit.render import Executors
@@ -35,9 +35,16 @@ SECRET_PATTERN = re.compile(r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|PAT|AP
                             r"CREDENTIALS?|CREDS|AUTH)(?:_|$)", re.I)
 
 
+def make_job_folder(plan: Plan) -> Path:
+    """The job's folder (its pickles and logs): new, private (0700), under real folders inside the run's
+    directory. The job loads its pickle only from such a folder (start.py). Made before the executors are
+    rendered, since submitit's executors make their folder when built."""
+    return make_private_folder(plan.launch.folder, "job folder", root=plan.directory)
+
+
 def send(plan: Plan, executors: Executors) -> tuple[Submission, list]:
     """Submit from a clean environment and record the submission next to the results."""
-    folder = make_folder(plan.launch.folder, "job log folder", root=plan.directory)  # (no level of it a link)
+    folder = plan.launch.folder  # (made by make_job_folder)
     after = []
     with submission_env(plan.launch, folder / "local-controller.log"):
         ex = executors.job

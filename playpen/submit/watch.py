@@ -22,7 +22,7 @@ from submitit.slurm.slurm import read_job_id
 
 from playpen.errors import PlaypenError
 from playpen.reading import read_json
-from playpen.storage import atomic_write_json, checkpoints_in, read_json_or_none, read_text_lossy, written_by_me
+from playpen.storage import atomic_write_json, checkpoints_in, open_private_file, read_json_or_none, read_text_lossy
 from playpen.submit.jobs import LOGS, job_events
 from playpen.train.metrics import progress_line
 
@@ -129,12 +129,14 @@ def result_state(sub: Submission, job_id: str) -> str | None:
         result = JobPaths(sub.folder, job_id=job_id, task_id=task).result_pickle
         if not result.exists():
             return None
-        if not written_by_me(result):  # unpickling runs code: a pickle someone else planted would run as you
+        try:  # unpickling runs code: only a pickle of yours, in your private job folder
+            f = open_private_file(result)
+        except PlaypenError:
             return None
         try:
             import cloudpickle
 
-            with result.open("rb") as f:
+            with f:
                 outcomes.append(cloudpickle.load(f)[0])
         except Exception:  # noqa: BLE001  (a half-written pickle: not finished yet)
             return None
