@@ -4,7 +4,7 @@
     playpen train {sft,dpo,grpo,rloo,reward,rft,distill} --config NAME_OR_PATH [key=value ...]   (-h: every key)
     playpen run my_trainer.py -l LEARNER [-p PARTNER] [-L MAX_NEW_TOKENS] [-T TEMPERATURE]
     playpen eval MODEL [PARTNER] [-g GAME ...] [-r RESULTS_DIR] [--skip-gameplay] [--instance-set SET]
-    playpen data RESULTS_DIR -o dataset.jsonl [--game G] [--outcome success] [--model M]
+    playpen data RESULTS_DIR -o dataset.jsonl [--game G] [--outcome success] [--model M] | --expert GAME
     playpen meter MODEL --classifier C --prompts FILE [-n K] [-T T] [--label L] [--compare OTHER]
     playpen screen MODEL -g GAME -o FILE [--split train] [-k 8] [-T 0.7] [-p programmatic --partner-seats 0]
     playpen submit {sft,...,eval,meter,sweep,tournament,doctor} [--config ...] [--nodes N] [--dry-run] [--wait]
@@ -37,8 +37,8 @@ COMMANDS = {
                                    "from a YAML config"),
     "run": ("playpen.train.base", "run a user-written trainer class (playpen run FILE -l LEARNER)"),
     "eval": ("playpen.eval.cli", "play and score the validation games: clemscore and statscore"),
-    "data": ("playpen.dataset_from_records", "turn interactions.json files into a conversational dataset "
-                                             "(jsonl)"),
+    "data": ("playpen.dataset_from_records", "turn interactions.json files, or a game's expert play, into a "
+                                             "conversational dataset (jsonl)"),
     "submit": ("playpen.submit.cli", "send a train, eval, meter, sweep or tournament job to SLURM or local "
                                      "processes; status and logs of a job (= python -m playpen.submit)"),
     "demo": ("playpen.demo", "evaluate the demo run: untrained vs trained on held-out instances"),

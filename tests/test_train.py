@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from playpen.storage import read_jsonl
-from tests.helpers import fails, refused_in_subprocess, train
+from tests.helpers import fails, playpen_ok, refused_in_subprocess, train
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = ["apple", "crane", "slate", "house", "table", "plant", "light", "sound"]
@@ -61,6 +61,15 @@ def test_sft_lora_trains_registers_and_plots(storage, data):
     assert (run.path / "learning_curve.png").stat().st_size > 1000
     assert list(run.logs.glob("events.out.tfevents.*"))
     assert (run.checkpoints / "checkpoint-3" / "playpen_state.json").is_file()
+
+
+@pytest.mark.slow
+def test_shipped_sft_config_trains_from_an_empty_folder(clean_cwd):
+    """The first SFT needs nothing prepared: sft/tiny_lora trains on wordle's expert transcripts (data:
+    expert:wordle), in a process of its own, from an empty folder."""
+    out = playpen_ok(clean_cwd, "train", "sft", "--config", "sft/tiny_lora", "trainer.max_steps=1", "cpu_threads=1")
+    (run,) = (clean_cwd / "runs" / "sft-tiny-lora").iterdir()
+    assert f"done: {run}" in out and (run / "final" / "adapter_model.safetensors").is_file()
 
 
 def test_sft_full_weights(storage, data):
