@@ -29,7 +29,7 @@ import textwrap
 
 from playpen.config import deprecated
 from playpen.config_help import help_width
-from playpen.errors import OneLineParser, guarded
+from playpen.errors import OneLineParser, ends_quietly_on_closed_pipe, guarded
 
 # command → module that provides add_arguments(parser) and main(args) -> int; imported only when needed
 COMMANDS = {
@@ -116,7 +116,10 @@ def list_games(verbose: bool, selector: str | None = None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The one entry point: `playpen`, `python -m playpen.submit`, `python -m playpen.demo` all come here."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    return ends_quietly_on_closed_pipe(_main, sys.argv[1:] if argv is None else list(argv))
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] in MOVED:
         deprecated(f"playpen {argv[0]}", f"playpen {MOVED[argv[0]]}")
         argv = [*MOVED[argv[0]].split(), *argv[1:]]
