@@ -130,12 +130,23 @@ def _main(argv: list[str]) -> int:
         args, extra = parser.parse_known_args(argv)
         # argparse stops filling `overrides` at the first option: `train grpo --config X k=v` leaves k=v over
         if extra and (not hasattr(args, "overrides") or any(a.startswith("-") for a in extra)):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            flags = [a for a in extra if a.startswith("-")] if hasattr(args, "overrides") else extra
+            command_parser(parser, args).refuse_unrecognized(flags)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
     if extra:
         args.overrides = [*args.overrides, *extra]
     return guarded(dispatch, args)
+
+
+def command_parser(parser: OneLineParser, args: argparse.Namespace) -> OneLineParser:
+    """The parser of the (sub)command that was given (`playpen submit sft`'s): its flags, its prog, its -h."""
+    while True:
+        commands = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = commands.choices.get(getattr(args, commands.dest, None)) if commands else None
+        if not isinstance(chosen, OneLineParser):
+            return parser
+        parser = chosen
 
 
 def dispatch(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ line above it."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import select
@@ -80,6 +81,21 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"playpen: error: {self.prog}: {message} (see `{self.prog} -h`)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            self.refuse_unrecognized(extra)
+        return parsed
+
+    def refuse_unrecognized(self, extra: list[str]) -> None:
+        """Arguments this command does not take: one line naming them, the flag each mistyped one was close to,
+        and this command's own -h."""
+        flags = [flag for flag in self._option_string_actions if flag.startswith("--")]
+        close = [match[0] for arg in extra if arg.startswith("--")
+                 for match in [difflib.get_close_matches(arg.partition("=")[0], flags, n=1, cutoff=0.6)] if match]
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        self.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 
     def parse_known_args(self, args=None, namespace=None):
         # (a subcommand's parser is called with the rest of the line: each level reads its own flags)
