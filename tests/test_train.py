@@ -209,6 +209,8 @@ def test_playpen_run_loads_the_first_trainer_class(tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv, message", [
     (["train", "ppo"], "unknown method 'ppo'; choose one of: sft, dpo, grpo"),
     (["train", "sft", "experiment=x", "data=missing.jsonl"], "data file missing.jsonl not found"),
+    (["train", "sft", "experiment=x", "lora=null"], "data is required: a jsonl file (`playpen data`), or expert:GAME"),
+    (["train", "sft", "experiment=x", "data=expert:wordel"], "data: no expert for game 'wordel'; did you mean wordle?"),
     (["train", "sft", "experiment=x", "trainer.max_stepz=3"], "unknown key 'max_stepz'; did you mean max_steps"),
     # the documented form: overrides after --config reach the config
     (["train", "sft", "--config", "sft/tiny_lora", "experiment=x", "trainer.max_stepz=3"],

@@ -32,10 +32,14 @@ def _row_problem(row: dict) -> str | None:
 
 def _rows(data: str, where: str, key: str, limit: int | None) -> list[dict]:
     """The rows of a jsonl file, or of `expert:GAME` (played here, deterministic), each checked."""
+    from playpen.errors import PlaypenError
+
+    if not data:
+        raise PlaypenError(f"{where}: {key} is required: a jsonl file (`playpen data`), or expert:GAME for a "
+                           f"built-in game's expert transcripts (e.g. {key}=expert:wordle)")
     game = dataset_from_records.expert_game(data)
     if game is None:
         return training_data.read_jsonl_rows(data, where, key, _row_problem, limit)
-    from playpen.errors import PlaypenError
 
     try:
         rows = dataset_from_records.expert_rows(game)[:limit]
