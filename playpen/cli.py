@@ -4,7 +4,7 @@
     playpen train {sft,dpo,grpo,rloo,reward,rft,distill} --config NAME_OR_PATH [key=value ...]   (-h: every key)
     playpen run my_trainer.py -l LEARNER [-p PARTNER] [-L MAX_NEW_TOKENS] [-T TEMPERATURE]
     playpen eval MODEL [PARTNER] [-g GAME ...] [-r RESULTS_DIR] [--skip-gameplay] [--instance-set SET]
-    playpen data RESULTS_DIR -o dataset.jsonl [--game G] [--outcome success] [--model M]
+    playpen data RESULTS_DIR -o dataset.jsonl [--game G] [--outcome success] [--model M] | --expert GAME
     playpen meter MODEL --classifier C --prompts FILE [-n K] [-T T] [--label L] [--compare OTHER]
     playpen screen MODEL -g GAME -o FILE [--split train] [-k 8] [-T 0.7] [-p programmatic --partner-seats 0]
     playpen submit {sft,...,eval,meter,sweep,tournament,doctor} [--config ...] [--nodes N] [--dry-run] [--wait]
@@ -29,7 +29,7 @@ import textwrap
 
 from playpen.config import deprecated
 from playpen.config_help import help_width
-from playpen.errors import OneLineParser, guarded
+from playpen.errors import OneLineParser, ends_quietly_on_closed_pipe, guarded
 
 # command → module that provides add_arguments(parser) and main(args) -> int; imported only when needed
 COMMANDS = {
@@ -37,8 +37,8 @@ COMMANDS = {
                                    "from a YAML config"),
     "run": ("playpen.train.base", "run a user-written trainer class (playpen run FILE -l LEARNER)"),
     "eval": ("playpen.eval.cli", "play and score the validation games: clemscore and statscore"),
-    "data": ("playpen.dataset_from_records", "turn interactions.json files into a conversational dataset "
-                                             "(jsonl)"),
+    "data": ("playpen.dataset_from_records", "turn interactions.json files, or a game's expert play, into a "
+                                             "conversational dataset (jsonl)"),
     "submit": ("playpen.submit.cli", "send a train, eval, meter, sweep or tournament job to SLURM or local "
                                      "processes; status and logs of a job (= python -m playpen.submit)"),
     "demo": ("playpen.demo", "evaluate the demo run: untrained vs trained on held-out instances"),
@@ -116,7 +116,10 @@ def list_games(verbose: bool, selector: str | None = None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The one entry point: `playpen`, `python -m playpen.submit`, `python -m playpen.demo` all come here."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    return ends_quietly_on_closed_pipe(_main, sys.argv[1:] if argv is None else list(argv))
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] in MOVED:
         deprecated(f"playpen {argv[0]}", f"playpen {MOVED[argv[0]]}")
         argv = [*MOVED[argv[0]].split(), *argv[1:]]
@@ -127,12 +130,23 @@ def main(argv: list[str] | None = None) -> int:
         args, extra = parser.parse_known_args(argv)
         # argparse stops filling `overrides` at the first option: `train grpo --config X k=v` leaves k=v over
         if extra and (not hasattr(args, "overrides") or any(a.startswith("-") for a in extra)):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            flags = [a for a in extra if a.startswith("-")] if hasattr(args, "overrides") else extra
+            command_parser(parser, args).refuse_unrecognized(flags)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
     if extra:
         args.overrides = [*args.overrides, *extra]
     return guarded(dispatch, args)
+
+
+def command_parser(parser: OneLineParser, args: argparse.Namespace) -> OneLineParser:
+    """The parser of the (sub)command that was given (`playpen submit sft`'s): its flags, its prog, its -h."""
+    while True:
+        commands = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = commands.choices.get(getattr(args, commands.dest, None)) if commands else None
+        if not isinstance(chosen, OneLineParser):
+            return parser
+        parser = chosen
 
 
 def dispatch(args: argparse.Namespace) -> int:

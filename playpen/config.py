@@ -144,16 +144,25 @@ def merge(base: dict, extra: dict) -> dict:
     return merged
 
 
-def check_keys(data: dict, allowed: typing.Iterable[str], where: str, keys_help: str = "") -> None:
+Sections = typing.Mapping[str, typing.Callable[[], typing.Collection[str]]]  # section -> its keys (asked lazily)
+
+
+def check_keys(data: dict, allowed: typing.Iterable[str], where: str, keys_help: str = "",
+               sections: Sections | None = None) -> None:
     """Every key of `data` is allowed; an unknown one is refused with its close matches and `keys_help` (where
-    every key is described, e.g. "every key: `playpen train sft --help`"), else the list of allowed keys."""
+    every key is described, e.g. "every key: `playpen train sft --help`"), else the list of allowed keys. A key of
+    one of the nested `sections` given at the top (`max_steps` for `trainer.max_steps`) is pointed there."""
     allowed = sorted(allowed)
     for key in data:
         if key not in allowed:
+            rest = keys_help or f"allowed: {', '.join(allowed)}"
+            section = next((name for name, keys in (sections or {}).items() if key in keys()), None)
+            if section:
+                raise PlaypenError(f"{where}: unknown key '{key}'; did you mean {section}.{key}? (it goes under "
+                                   f"{section}:; {rest})")
             close = difflib.get_close_matches(str(key), allowed, n=3)
-            hint = f"did you mean {', '.join(close)}? " if close else ""
-            rest = f"({keys_help})" if keys_help else f"allowed: {', '.join(allowed)}"
-            raise PlaypenError(f"{where}: unknown key '{key}'; {hint}{rest}")
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise PlaypenError(f"{where}: unknown key '{key}'{hint} ({rest})")
 
 
 def _type_name(tp: Any) -> str:
@@ -259,12 +268,12 @@ def renamed(data: dict, fields: typing.Iterable[str], where: str) -> dict:
     return data
 
 
-def build(cls: type[T], data: dict, where: str, keys_help: str = "") -> T:
+def build(cls: type[T], data: dict, where: str, keys_help: str = "", sections: Sections | None = None) -> T:
     """Build dataclass `cls` from `data`; `where` is "file.yaml" or "file.yaml: section" for messages, `keys_help`
-    says where every key is described (check_keys)."""
+    says where every key is described and `sections` the keys of nested sections (check_keys)."""
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     data = renamed(data, fields, where)
-    check_keys(data, fields, where, keys_help)
+    check_keys(data, fields, where, keys_help, sections)
     hints = typing.get_type_hints(cls)
     kwargs = {name: coerce(value, hints[name], f"{where}: {name}") for name, value in data.items()}
     for name, value in kwargs.items():
@@ -278,9 +287,9 @@ def build(cls: type[T], data: dict, where: str, keys_help: str = "") -> T:
 
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = (), *, keys_help: str = "",
-                **defaults) -> T:
+                sections: Sections | None = None, **defaults) -> T:
     """defaults < YAML file < key=value overrides; `path` is a file or a shipped config's name (find_config);
-    `keys_help` as in `build`."""
+    `keys_help` and `sections` as in `build`."""
     path = find_config(path) if path else None
     where = str(path) if path else "overrides"
     fields = [f.name for f in dataclasses.fields(cls)]
@@ -289,7 +298,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
     data: dict = {}
     for layer in layers:
         data = merge(data, renamed(layer, fields, where))
-    return build(cls, data, where, keys_help)
+    return build(cls, data, where, keys_help, sections)
 
 
 def to_dict(obj: Any) -> Any:

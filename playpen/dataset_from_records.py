@@ -1,6 +1,7 @@
 """`playpen data`: every interactions.json under a folder -> a conversational dataset (jsonl).
 
     playpen data results/ -o dataset.jsonl [--game wordle] [--outcome success] [--model playpen-tiny]
+    playpen data --expert wordle -o dataset.jsonl [--split train] [--count N] [--seed S]
 
 One row per (episode, model player): that player's own view of the dialogue, `messages` alternating user/assistant
 and ending with its last reply, plus `meta {game, experiment, task_id, player_name, game_role, model, outcome,
@@ -17,6 +18,10 @@ Outcome: from the sibling scores.json if present, else the Aborted/Success/Lose 
 game master's final note (e.g. v2.0 taboo's "correct guess"): one of success, lose, aborted, unknown.
 Unreadable, truncated or incomplete interactions files are listed and skipped; the conversion never crashes on
 them.
+
+`--expert GAME` plays a built-in game's instances with its programmatic expert (every role, full skill) and
+writes the same rows, `model` "programmatic": data to train on before any model has won a game. An SFT config
+names that source directly as `data: expert:GAME` (every train instance once, seed 0).
 
 Not here: reading and checking the data files the recipes train on (playpen.training_data); writing records
 (playpen.records).
@@ -284,7 +289,80 @@ def convert(results_or_records_dir: str | Path, out_jsonl: str | Path, game: str
         filters = ", ".join(f"--{k} {v}" for k, v in (("game", game), ("outcome", outcome), ("model", model)) if v)
         why = f"{filters} left none of {len(rows)} player rows" if filters else "no learner player in them"
         raise PlaypenError(f"no rows from {stats.episodes} episodes under {root}: {why}; {out} not written")
+    _write_rows(out, lines)
+    return stats
+
+
+def _write_rows(out: Path, lines: list[str]) -> None:
+    """The one write of a dataset, through the checked output writer (a FIFO or device is streamed to, never
+    renamed over; a regular file is written whole or not at all)."""
     write_output(out, "".join(line + "\n" for line in lines), "output")
+
+
+# ---------------------------------------------------------------- expert transcripts
+
+EXPERT_PREFIX = "expert:"  # `data: expert:wordle` in a training config: the game's expert transcripts
+EXPERT_OUTCOMES = {"success": "success", "failure": "lose", "aborted": "aborted"}  # clemcore's Outcome -> ours
+
+
+def expert_game(data: str | None) -> str | None:
+    """The game a data value `expert:GAME` names, else None (a file path)."""
+    if data and data.startswith(EXPERT_PREFIX):
+        return data[len(EXPERT_PREFIX):].strip()
+    return None
+
+
+def expert_rows(game: str, split: str = "train", count: int | None = None, seed: int = 0) -> list[dict]:
+    """Rows as `playpen data` writes them, from a built-in game's instances of `split` played by its expert in
+    every role at full skill: each instance once (in an order drawn from `seed`) when `count` is None, else
+    `count` episodes, every instance once before any repeats. Deterministic in (game, split, count, seed)."""
+    import random
+
+    from playpen.games import BUILTIN_GAMES, expert_model, load_instances, play_episode
+
+    if game not in BUILTIN_GAMES:
+        close = difflib.get_close_matches(game, BUILTIN_GAMES, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise PlaypenError(f"no expert for game '{game}'; {hint}the built-in games have one: "
+                           f"{', '.join(BUILTIN_GAMES)}")
+    if count is not None and count < 1:
+        raise PlaypenError(f"--count must be at least 1, got {count}")
+    instances = list(load_instances(game, split))
+    if not instances:
+        raise PlaypenError(f"game '{game}' has no instances in its {split} split")
+    rng = random.Random(f"{seed}-{game}-{split}")
+    order: list[int] = []
+    rows = []
+    for episode in range(len(instances) if count is None else count):
+        if not order:
+            order = rng.sample(range(len(instances)), len(instances))
+        instance = instances[order.pop()]
+        master = play_episode(game, instance, [expert_model(skill=1.0, seed=rng.randrange(2 ** 32))])
+        outcome = EXPERT_OUTCOMES.get(master.state.outcome.value, "unknown")
+        for player in master.get_players():
+            messages = [{"role": m["role"], "content": m["content"]} for m in player.get_perspective()]
+            while messages and messages[-1]["role"] != "assistant":
+                messages.pop()
+            if not messages or messages[0]["role"] != "user":
+                continue
+            rows.append({"messages": messages,
+                         "meta": {"game": game, "experiment": instance["experiment"]["name"],
+                                  "task_id": instance["game_instance"].get("game_id"), "player_name": player.name,
+                                  "game_role": player.game_role, "model": "programmatic", "outcome": outcome,
+                                  "main_score": None,
+                                  "source": f"{EXPERT_PREFIX}{game} split={split} seed={seed} episode={episode}"}})
+    return rows
+
+
+def write_expert(game: str, out_jsonl: str | Path, split: str = "train", count: int | None = None,
+                 seed: int = 0) -> Stats:
+    """`playpen data --expert`: the expert's rows, checked output first, written whole."""
+    out = check_output_file(Path(out_jsonl), "output")
+    rows = expert_rows(game, split, count, seed)
+    stats = Stats(files=0, episodes=len({r["meta"]["source"] for r in rows}), rows=len(rows))
+    stats.outcomes.update(r["meta"]["outcome"] for r in rows)
+    stats.games[game] = len(rows)
+    _write_rows(out, [json.dumps(row, ensure_ascii=False) for row in rows])
     return stats
 
 
@@ -311,16 +389,37 @@ def _check_filter(key: str, value: str | None, in_records: set[str], also_valid=
 # ---------------------------------------------------------------- command line
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results_dir", type=Path, help="a clem results folder or a run's playpen-records folder")
+    parser.add_argument("results_dir", type=Path, nargs="?", default=None,
+                        help="a clem results folder or a run's playpen-records folder (or give --expert)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="the jsonl file to write")
     parser.add_argument("--game", default=None, help="only this game")
     parser.add_argument("--outcome", default=None, help=f"only episodes with this outcome ({', '.join(OUTCOMES)})")
     parser.add_argument("--model", default=None, help="only players played by this model (its registry name)")
+    expert = parser.add_argument_group("expert transcripts (instead of RESULTS_DIR)")
+    expert.add_argument("--expert", metavar="GAME", default=None,
+                        help="play a built-in game with its programmatic expert in every role and write those rows")
+    expert.add_argument("--split", default="train", help="the game's instance set to play (default: train)")
+    expert.add_argument("--count", type=int, default=None,
+                        help="episodes to play (default: each instance of the split once)")
+    expert.add_argument("--seed", type=int, default=0, help="draws the instance order and the expert's choices")
 
 
 def main(args: argparse.Namespace) -> int:
     import sys
 
+    if args.expert is not None:
+        given = [flag for flag, value in (("RESULTS_DIR", args.results_dir), ("--game", args.game),
+                                          ("--outcome", args.outcome), ("--model", args.model)) if value]
+        if given:
+            raise PlaypenError(f"--expert plays the game itself; drop {', '.join(given)} (they filter results)")
+        stats = write_expert(args.expert, args.output, split=args.split, count=args.count, seed=args.seed)
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(stats.outcomes.items()))
+        print(f"{args.output}: {stats.rows} rows from {stats.episodes} expert episodes of {args.expert} "
+              f"({args.split} split, seed {args.seed}); outcomes: {outcomes}")
+        return 0
+    if args.results_dir is None:
+        raise PlaypenError("give a results folder (playpen data RESULTS_DIR -o FILE) or a game's expert "
+                           "(playpen data --expert GAME -o FILE)")
     stats = convert(args.results_dir, args.output, game=args.game, outcome=args.outcome, model=args.model)
     for path, reason in stats.skipped:
         print(f"playpen data: skipped {path}: {reason}", file=sys.stderr)

@@ -6,7 +6,10 @@ line above it."""
 from __future__ import annotations
 
 import argparse
+import difflib
+import os
 import re
+import select
 import sys
 from typing import Callable
 
@@ -35,6 +38,36 @@ def guarded(command, *args) -> int:
         return 130
 
 
+CLOSED_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a tool that stopped at a closed pipe
+
+
+def ends_quietly_on_closed_pipe(command, *args) -> int:
+    """Every entry point runs inside this: a reader that stops early (`playpen configs list | head -1`) closes
+    the pipe, and the command ends quietly with 141, as other command-line tools do, not with a BrokenPipeError
+    traceback. Only a closed stdout counts: a broken connection to a model server is an error and keeps its
+    traceback. (SIGPIPE is not reset to its default for that reason: it would kill the process on any socket.)"""
+    try:
+        code = command(*args)
+        sys.stdout.flush()  # what is still buffered meets the closed pipe here, not at exit
+        return code
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        # Python flushes stdout once more at exit: give that flush somewhere to go
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return CLOSED_PIPE_EXIT
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe (or socket) whose reader has gone: polling it reports an error."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # no real file behind stdout (a test's capture)
+        return False
+
+
 class OneLineParser(argparse.ArgumentParser):
     """Usage mistakes (a missing argument, `-L abc`) are one line too, like every other bad input.
 
@@ -48,6 +81,21 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"playpen: error: {self.prog}: {message} (see `{self.prog} -h`)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            self.refuse_unrecognized(extra)
+        return parsed
+
+    def refuse_unrecognized(self, extra: list[str]) -> None:
+        """Arguments this command does not take: one line naming them, the flag each mistyped one was close to,
+        and this command's own -h."""
+        flags = [flag for flag in self._option_string_actions if flag.startswith("--")]
+        close = [match[0] for arg in extra if arg.startswith("--")
+                 for match in [difflib.get_close_matches(arg.partition("=")[0], flags, n=1, cutoff=0.6)] if match]
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        self.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 
     def parse_known_args(self, args=None, namespace=None):
         # (a subcommand's parser is called with the rest of the line: each level reads its own flags)
@@ -76,6 +124,10 @@ class OneLineParser(argparse.ArgumentParser):
 def run_command(prog: str, add_arguments, main, argv: list[str] | None = None, description: str | None = None) -> int:
     """A `python -m` alias of a `playpen` subcommand: the subcommand's own arguments and main, the same error
     boundary. (Modules below the command line use this; those above it call playpen.cli.main directly.)"""
+    return ends_quietly_on_closed_pipe(_run_command, prog, add_arguments, main, argv, description)
+
+
+def _run_command(prog: str, add_arguments, main, argv: list[str] | None, description: str | None) -> int:
     parser = OneLineParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     try:

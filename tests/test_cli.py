@@ -157,6 +157,45 @@ def test_an_unknown_job_key_points_to_submit_help(capsys, tmp_path, kind, text, 
     assert "did you mean" in err and err.endswith(f"({where})") and "\n" not in err, err
 
 
+def test_a_trainer_key_at_the_top_points_to_its_section(capsys, tmp_path):
+    assert main(["train", "sft", "--config", "sft/tiny_lora", f"storage_root={tmp_path}", "max_steps=2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("tiny_lora.yaml: unknown key 'max_steps'; did you mean trainer.max_steps? (it goes under "
+                        "trainer:; every key: `playpen train sft --help`)") and "\n" not in err, err
+    assert main(["train", "sft", "--config", "sft/tiny_lora", f"storage_root={tmp_path}", "r=4"]) == 2
+    assert "did you mean lora.r?" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------- refusals that say what to give
+
+@pytest.mark.parametrize("argv, line", [
+    (["eval", "m", "--gmae", "wordle"],
+     "playpen eval: unrecognized arguments: --gmae wordle; did you mean --game? (see `playpen eval -h`)"),
+    (["submit", "sft", "--nodez", "2"],
+     "playpen submit sft: unrecognized arguments: --nodez; did you mean --nodes? (see `playpen submit sft -h`)"),
+    (["train", "sft", "--config", "sft/tiny_lora", "trainer.max_steps=1", "--bogus"],
+     "playpen train: unrecognized arguments: --bogus (see `playpen train -h`)"),
+    (["train", "sft"], "playpen train sft needs --config NAME_OR_FILE, e.g. --config sft/tiny_full (the shipped "
+                       "configs: `playpen configs list`)"),
+    (["train", "grpo", "trainer.max_steps=1"], "playpen train grpo needs --config NAME_OR_FILE, e.g. --config "
+                                              "grpo/demo"),
+    (["train"], "playpen train needs a METHOD, one of: sft, dpo, grpo, "),
+    (["submit", "doctor", "--dry-run", "k=v"], "doctor takes no key=value overrides (got k=v)"),
+])
+def test_a_refusal_says_what_to_give(capsys, clean_cwd, argv, line):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"playpen: error: {line}") and err.count("\n") == 1, err
+    assert not any(clean_cwd.iterdir())
+
+
+def test_doctor_help_lists_no_overrides(capsys):
+    out = help_of(capsys, "submit", "doctor")
+    assert "key=value" not in out and "--storage-root" in out
+    assert "key=value" in help_of(capsys, "submit", "sft")
+
+
 # ---------------------------------------------------------------- clem's underscore spellings
 
 EVAL = ["eval", "playpen-tiny"]

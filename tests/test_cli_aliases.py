@@ -1,9 +1,13 @@
-"""playpen's model builders and container checks: `playpen` subcommands whose `python -m` forms are aliases."""
+"""playpen's model builders and container checks: `playpen` subcommands whose `python -m` forms are aliases; and
+every entry point ends quietly when its reader closes the pipe."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,3 +48,18 @@ def test_models_help_is_light():
             "print([m for m in ('torch', 'transformers', 'clemcore') if m in sys.modules])")
     done = run("-c", code)
     assert done.stdout.strip() == "[]", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("argv, code", [
+    (["-m", "playpen.cli", "configs", "list"], 141), (["-m", "playpen.cli", "list", "games"], 141),
+    (["-m", "playpen.submit", "sft", "--dry-run", "--executor", "local"], 141),
+    (["-m", "playpen.dataset_from_records", "--help"], 0)])
+def test_a_closed_pipe_ends_quietly(argv, code, tmp_path):
+    """`playpen configs list | head -1`: the reader is gone before the first line (its end closed at once, so
+    the write always fails), and the command ends with 141 (128 + SIGPIPE) and nothing on stderr. (--help ends
+    with 0: argparse itself ignores a failed write of the help.)"""
+    proc = subprocess.Popen([sys.executable, *argv], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == code and "Traceback" not in err and "BrokenPipe" not in err, err

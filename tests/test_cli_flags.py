@@ -48,7 +48,7 @@ FLAGS = {
     # usage mistakes argparse finds: one line too (not usage + error)
     "eval -L abc": (EVAL + ["-L", "abc"], "playpen eval: argument -L/--max-new-tokens: invalid int value: 'abc'"),
     "submit --nodes x": (SUBMIT + ["--nodes", "x"], "argument --nodes: invalid int value: 'x'"),
-    "train without a method": (["train"], "the following arguments are required"),
+    "train without a method": (["train"], "playpen train needs a METHOD, one of: sft,"),
     "unknown option": (SFT + ["--bogus"], "unrecognized arguments: --bogus"),
 }
 

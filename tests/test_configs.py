@@ -27,7 +27,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "playpen"
 SHIPPED = PACKAGE / "configs"
 # the folder of a training config -> the methods that take it (grpo/tiny_reward_model is RLOO's example too)
 TRAIN_FOLDERS = {"sft": ("sft",), "dpo": ("dpo",), "grpo": ("grpo",), "reward": ("reward",), "rft": ("rft",),
-                 "distill": ("distill",)}
+                 "distill": ("distill",), "rloo": ("rloo",)}
 VENV_BIN = str(Path(sys.executable).parent)  # python, no sbatch/srun/apptainer
 
 

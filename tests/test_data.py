@@ -152,6 +152,40 @@ def test_cli(tmp_path, capsys):
     assert "unknown outcome 'great'" in capsys.readouterr().err
 
 
+def test_expert_rows_from_a_game_with_nothing_prepared(tmp_path, capsys):
+    """`playpen data --expert GAME`: the game's expert plays every role of its train instances, and the rows are
+    the ones `playpen data` writes (each alternating, ending with the player), deterministic in the seed."""
+    out = tmp_path / "taboo.jsonl"
+    assert cli(["data", "--expert", "taboo", "--count", "3", "--seed", "1", "-o", str(out)]) == 0
+    assert "6 rows from 3 expert episodes of taboo (train split, seed 1); outcomes: success 6" \
+        in capsys.readouterr().out
+    rows = read(out)
+    assert {r["meta"]["game_role"] for r in rows} == {"Describer", "Guesser"}
+    assert {r["meta"]["model"] for r in rows} == {"programmatic"} and rows[0]["meta"]["game"] == "taboo"
+    for row in rows:
+        assert_alternating(row["messages"])
+    again = tmp_path / "again.jsonl"
+    assert cli(["data", "--expert", "taboo", "--count", "3", "--seed", "1", "-o", str(again)]) == 0
+    assert again.read_bytes() == out.read_bytes()
+    # by default each train instance once
+    assert cli(["data", "--expert", "wordle", "-o", str(out)]) == 0
+    assert len(read(out)) == len(list(games.load_instances("wordle", "train")))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--expert", "wordel"], "no expert for game 'wordel'; did you mean wordle?"),
+    (["--expert", "wordle", "--split", "hard"], "game 'wordle' has no instance set 'hard'"),
+    (["--expert", "wordle", "--count", "0"], "--count must be at least 1"),
+    (["results", "--expert", "wordle"], "--expert plays the game itself; drop RESULTS_DIR"),
+    ([], "give a results folder (playpen data RESULTS_DIR -o FILE) or a game's expert"),
+])
+def test_expert_refusals_are_one_line_before_writing(capsys, tmp_path, argv, message):
+    out = tmp_path / "rows.jsonl"
+    out.write_text("kept\n")
+    assert message in refused(capsys, ["data", *argv, "-o", str(out)], out)
+    assert out.read_text() == "kept\n"
+
+
 def test_rows_holding_line_separators_train_as_written(tmp_path):
     """`playpen data` writes text as it is (ensure_ascii=False): U+2028 and U+0085 inside a reply stay raw, and
     the training data reader splits rows at newlines only (str.splitlines would cut such a row in two)."""

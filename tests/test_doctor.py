@@ -15,7 +15,7 @@ import pytest
 
 from playpen.cli import main as playpen
 from playpen.doctor import collective, features, software, storage
-from playpen.doctor.report import FAILED, OK, SKIPPED, WARN, Check, attempt, table
+from playpen.doctor.report import FAILED, OK, SKIPPED, WARN, Check, attempt, streaming, table
 
 REPO = Path(__file__).resolve().parents[1]
 ALL_FEATURES = [a for f in features.FEATURES for a in ("--skip", f)]
@@ -62,6 +62,22 @@ def test_table_is_one_line_per_check_with_advice_under_problems():
     text = table(checks)
     assert "FAILED   storage root /x is not writable" in text and "→ set storage_root" in text
     assert "(2.5 s)" in text and text.splitlines()[-1] == "1 OK, 1 FAILED; overall FAILED"
+
+
+def test_doctor_prints_each_row_as_its_check_ends(tmp_path, capsys):
+    """The screen, each time a check ends: the header at once, every earlier row, none of the later ones; at the
+    end the same table as the report makes."""
+    screens = []
+    with streaming(lambda check: screens.append(capsys.readouterr().out)):
+        code = playpen(["doctor", "--storage-root", str(tmp_path / "runs"), *ALL_FEATURES])
+    [path] = (tmp_path / "runs").glob("doctor/*-local-*/doctor.json")
+    checks = [Check(**c) for c in json.loads(path.read_text())["checks"]]
+    assert code == 0 and len(screens) == len(checks)
+    assert screens[0].startswith("section ") and "python" not in screens[0]
+    for before, check in zip(screens[1:], checks):  # a row is on screen before the next check ends
+        assert f"  {check.name}  " in before or f"  {check.name} " in before, (check.name, before)
+    whole = "".join(screens) + capsys.readouterr().out
+    assert whole.startswith(table(checks) + "\ndoctor: "), whole
 
 
 def test_a_crashing_check_is_one_failed_line_and_prints_nothing(capfd):

@@ -121,12 +121,26 @@ def test_rloo_against_the_reward_model_logs_reward_and_kl(tmp_path, files, rewar
 
 
 def test_rloo_takes_prompts_not_games(capsys, tmp_path):
+    """rloo's config holds only the keys it takes: a game is an unknown key, and no prompts is refused."""
     from playpen.cli import main
 
-    assert main(["train", "rloo", "experiment=x", "game=wordle", f"storage_root={tmp_path / 'runs'}"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("playpen: error: ") and "rloo learns from prompts:" in err and "\n" not in err
+    for argv, message in ((["game=wordle"], "unknown key 'game'"), ([], "rloo learns from prompts:"),
+                          (["group_size=8", "partner=gpt-4o"], "unknown key 'partner'")):
+        assert main(["train", "rloo", "experiment=x", f"storage_root={tmp_path / 'runs'}", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("playpen: error: ") and message in err and "\n" not in err, err
     assert not (tmp_path / "runs").exists()
+
+
+def test_rloo_help_lists_only_its_keys(capsys):
+    from playpen.cli import main
+
+    assert main(["train", "rloo", "--help"]) == 0
+    keys = capsys.readouterr().out.split("config keys of rloo")[1]
+    for key in ("prompts:", "reward_model:", "group_size:", "max_prompts:", "trl.RLOOConfig"):
+        assert key in keys, key
+    for key in ("game:", "partner:", "split:", "validation_instances:", "dynamic_sampling:"):
+        assert f"  {key}" not in keys, key
 
 
 def test_grpo_on_a_game_combines_game_and_learned_reward(tmp_path, reward_run):

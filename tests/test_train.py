@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from playpen.storage import read_jsonl
-from tests.helpers import fails, refused_in_subprocess, train
+from tests.helpers import fails, playpen_ok, refused_in_subprocess, train
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = ["apple", "crane", "slate", "house", "table", "plant", "light", "sound"]
@@ -61,6 +61,15 @@ def test_sft_lora_trains_registers_and_plots(storage, data):
     assert (run.path / "learning_curve.png").stat().st_size > 1000
     assert list(run.logs.glob("events.out.tfevents.*"))
     assert (run.checkpoints / "checkpoint-3" / "playpen_state.json").is_file()
+
+
+@pytest.mark.slow
+def test_shipped_sft_config_trains_from_an_empty_folder(clean_cwd):
+    """The first SFT needs nothing prepared: sft/tiny_lora trains on wordle's expert transcripts (data:
+    expert:wordle), in a process of its own, from an empty folder."""
+    out = playpen_ok(clean_cwd, "train", "sft", "--config", "sft/tiny_lora", "trainer.max_steps=1", "cpu_threads=1")
+    (run,) = (clean_cwd / "runs" / "sft-tiny-lora").iterdir()
+    assert f"done: {run}" in out and (run / "final" / "adapter_model.safetensors").is_file()
 
 
 def test_sft_full_weights(storage, data):
@@ -200,6 +209,8 @@ def test_playpen_run_loads_the_first_trainer_class(tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv, message", [
     (["train", "ppo"], "unknown method 'ppo'; choose one of: sft, dpo, grpo"),
     (["train", "sft", "experiment=x", "data=missing.jsonl"], "data file missing.jsonl not found"),
+    (["train", "sft", "experiment=x", "lora=null"], "data is required: a jsonl file (`playpen data`), or expert:GAME"),
+    (["train", "sft", "experiment=x", "data=expert:wordel"], "data: no expert for game 'wordel'; did you mean wordle?"),
     (["train", "sft", "experiment=x", "trainer.max_stepz=3"], "unknown key 'max_stepz'; did you mean max_steps"),
     # the documented form: overrides after --config reach the config
     (["train", "sft", "--config", "sft/tiny_lora", "experiment=x", "trainer.max_stepz=3"],

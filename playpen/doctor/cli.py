@@ -1,14 +1,20 @@
-"""`playpen doctor [--storage-root DIR] [--skip FEATURE ...] [--json]`: the checks of this machine as a table (or
-JSON), written to <storage_root>/doctor/<time>-local-<host>/doctor.json. Exit 0 when nothing FAILED, 1 otherwise."""
+"""`playpen doctor [--storage-root DIR] [--skip FEATURE ...] [--json]`: the checks of this machine as a table, a row
+printed as each check ends (or JSON at the end), written to <storage_root>/doctor/<time>-local-<host>/doctor.json.
+Exit 0 when nothing FAILED, 1 otherwise."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import platform
 import socket
 import sys
 import time
 
 from playpen.doctor.features import FEATURES
+
+# the streamed table's columns, as wide as table() makes them for this machine's checks ("software", "deepspeed
+# zero-2"): a name or section not known yet when the first row prints cannot widen them
+SECTION_WIDTH, NAME_WIDTH = 8, 16
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,12 +28,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from playpen.doctor import DOCTOR_FILE, local_checks, output_folder
-    from playpen.doctor.report import FAILED, as_json, table
+    from playpen.doctor.report import FAILED, as_json, row, streaming, table_header, table_summary
     from playpen.errors import PlaypenError
     from playpen.storage import atomic_write_text, storage_full
 
     start = time.perf_counter()
-    checks = local_checks(args.storage_root, tuple(args.skip))
+    rows = contextlib.nullcontext()
+    if not args.json:  # each row as its check ends: the features take minutes
+        print(table_header(SECTION_WIDTH, NAME_WIDTH), flush=True)
+        rows = streaming(lambda check: print(row(check, SECTION_WIDTH, NAME_WIDTH), flush=True))
+    with rows:
+        checks = local_checks(args.storage_root, tuple(args.skip))
     meta = {"kind": "local", "host": socket.gethostname(), "platform": platform.platform(),
             "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "seconds": round(time.perf_counter() - start, 2)}
     text = as_json(checks, **meta)
@@ -43,7 +54,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(text)
     else:
-        print(table(checks))
+        print(table_summary(checks))
         print(f"doctor: {meta['seconds']:.1f} s; report: {written or unwritten}")
     sys.stdout.flush()
     return 1 if any(c.status == FAILED for c in checks) else 0

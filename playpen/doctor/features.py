@@ -8,7 +8,7 @@ import logging
 import math
 import time
 
-from playpen.doctor.report import FAILED, SKIPPED, Check, Finding, attempt, missing_package
+from playpen.doctor.report import FAILED, SKIPPED, Check, Finding, attempt, ended, missing_package
 from playpen.doctor.software import installed, lock_pins
 
 FEATURES = ("bf16", "4bit", "deepspeed", "rollout")
@@ -180,7 +180,7 @@ CHECKS = {"bf16": ("bf16 matmul", bf16_matmul), "4bit": ("4-bit load", four_bit)
 
 
 def skipped(name: str, reason: str, advice: str = "") -> Check:
-    return Check("feature", CHECKS[name][0], SKIPPED, reason, advice)
+    return ended(Check("feature", CHECKS[name][0], SKIPPED, reason, advice))
 
 
 def feature_checks(skip: tuple[str, ...] = (), group_failed: bool = False) -> list[Check]:

@@ -1,5 +1,6 @@
 """What `playpen doctor` finds: one Check per line (OK / WARN / FAILED / SKIPPED, a one-line detail and what to do),
-run one at a time under `attempt`, shown as a table and written as JSON."""
+run one at a time under `attempt`, shown as a table (row by row as each check ends, under `streaming`) and written
+as JSON."""
 from __future__ import annotations
 
 import contextlib
@@ -67,6 +68,27 @@ def captured(lines: list[str], keep: int = 20) -> Iterator[None]:
             lines.extend(line for line in text.splitlines()[-keep:] if line.strip())
 
 
+_listeners: list[Callable[[Check], None]] = []  # told of each check as it ends (streaming)
+
+
+@contextlib.contextmanager
+def streaming(listener: Callable[[Check], None]) -> Iterator[None]:
+    """`listener(check)` is called as each check ends (after its output capture), e.g. to print its row then:
+    the slow checks (features: ~90 s) would otherwise leave the screen blank until the whole table is ready."""
+    _listeners.append(listener)
+    try:
+        yield
+    finally:
+        _listeners.remove(listener)
+
+
+def ended(check: Check) -> Check:
+    """A check that is done: the streaming listeners hear of it; returned as it is."""
+    for listener in list(_listeners):
+        listener(check)
+    return check
+
+
 def attempt(section: str, name: str, fn: Callable[[], tuple[str, dict] | str], quiet: bool = True) -> Check:
     """Run one check: its return value is the OK line (and data); a Finding sets another status; any other
     exception is FAILED with its first line, the traceback's last frame kept in data for the JSON. With `quiet`
@@ -89,7 +111,7 @@ def attempt(section: str, name: str, fn: Callable[[], tuple[str, dict] | str], q
     check.seconds = round(time.perf_counter() - start, 3)
     if output:
         check.data["output"] = output
-    return check
+    return ended(check)
 
 
 def worst(checks: list[Check]) -> str:
@@ -99,18 +121,28 @@ def worst(checks: list[Check]) -> str:
 
 def table(checks: list[Check], width: int = 120) -> str:
     """One row per check: section, name, status, detail; advice on an indented line below a non-OK row."""
-    rows = [(c.section, c.name, c.status, c.detail, c.advice, c.seconds) for c in checks]
-    w_sec = max([len(r[0]) for r in rows] + [7])
-    w_name = max([len(r[1]) for r in rows] + [5])
-    lines = [f"{'section':{w_sec}}  {'check':{w_name}}  {'status':7}  detail", "-" * min(width, 100)]
-    for section, name, status, detail, advice, seconds in rows:
-        lines.append(f"{section:{w_sec}}  {name:{w_name}}  {status:7}  {detail}"
-                     + (f"  ({seconds:.1f} s)" if seconds >= 1 else ""))
-        if advice and status != OK:
-            lines.append(f"{'':{w_sec}}  {'':{w_name}}  {'':7}  → {advice}")
+    w_sec = max([len(c.section) for c in checks] + [7])
+    w_name = max([len(c.name) for c in checks] + [5])
+    rows = [row(c, w_sec, w_name) for c in checks]
+    return "\n".join([table_header(w_sec, w_name, width), *rows, table_summary(checks)])
+
+
+def table_header(w_sec: int, w_name: int, width: int = 120) -> str:
+    return f"{'section':{w_sec}}  {'check':{w_name}}  {'status':7}  detail\n" + "-" * min(width, 100)
+
+
+def row(check: Check, w_sec: int, w_name: int) -> str:
+    """A check's row of the table (and its advice line below, when not OK)."""
+    line = (f"{check.section:{w_sec}}  {check.name:{w_name}}  {check.status:7}  {check.detail}"
+            + (f"  ({check.seconds:.1f} s)" if check.seconds >= 1 else ""))
+    if check.advice and check.status != OK:
+        line += f"\n{'':{w_sec}}  {'':{w_name}}  {'':7}  → {check.advice}"
+    return line
+
+
+def table_summary(checks: list[Check]) -> str:
     counts = {s: sum(c.status == s for c in checks) for s in (OK, WARN, FAILED, SKIPPED)}
-    lines.append(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f"; overall {worst(checks)}")
-    return "\n".join(lines)
+    return ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f"; overall {worst(checks)}"
 
 
 def as_json(checks: list[Check], **meta: Any) -> str:

@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.keys_help = lambda args, kind=name: kind_keys(kind)
     doctor = commands.add_parser("doctor", help="playpen doctor as a job on N nodes: every rank's checks, the "
                                                 "rendezvous, an all-reduce (NCCL or gloo) and the start latency")
-    job_options(doctor)
+    job_options(doctor, overrides=False)
+    doctor.set_defaults(overrides=[])  # (a key=value given anyway is refused by name, as doctor takes none)
     doctor.add_argument("--storage-root", default=None,
                         help="where the report goes and which storage is checked (default: the profile's "
                              "storage_root, else $PLAYPEN_STORAGE or ./runs)")
@@ -67,8 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lg.add_argument("-f", "--follow", action="store_true", help="keep printing new lines (tail -f)")
 
 
-def job_options(p: argparse.ArgumentParser) -> None:
-    """Where and how a job runs: the options every submit command shares."""
+def job_options(p: argparse.ArgumentParser, overrides: bool = True) -> None:
+    """Where and how a job runs: the options every submit command shares (and its config's key=value overrides,
+    for a command that reads a config)."""
     p.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
     p.add_argument("--gpus-per-node", type=int, default=None,
                    help="GPUs per node, one task each (default: the profile's gpus_per_node)")
@@ -81,7 +83,8 @@ def job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the sbatch script, submit nothing")
     p.add_argument("--wait", action="store_true",
                    help="block until the job ends, showing its progress, and print its result")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    if overrides:
+        p.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="config overrides")
 
 
 def kind_keys(kind: str) -> str:

@@ -277,7 +277,7 @@ class GRPO(Recipe):
 
         cfg = session.cfg
         if cfg.prompts:
-            return learned_reward.fit_on_prompts(session)
+            return learned_reward.fit_on_prompts(session, limit=cfg.instances)
         if session.is_main:  # rollouts after the resumed checkpoint are replayed: their records go first
             step = session.state["step"]
             game_play.clear_records(session.run.records, lambda prefix, n: (prefix == "step" and n >= step) or

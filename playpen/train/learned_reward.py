@@ -1,6 +1,7 @@
 """RL against a learned reward: GRPO with `reward_model:` and a KL leash (`trainer.beta` > 0).
 
     playpen train grpo --config grpo/tiny_reward_model       # prompts: + reward_model:
+    playpen train rloo --config rloo/tiny_sentiment          # the same with TRL's RLOOTrainer (rloo.py)
     playpen train grpo --config grpo/demo reward_model=<name> reward_weight=0.5
 
 TRL 1.16 has no PPOTrainer; this is what replaces RewardLM's and trlX's PPO-against-a-classifier: GRPOTrainer
@@ -22,23 +23,33 @@ from playpen.errors import PlaypenError
 
 
 def check(cfg, where: str) -> None:
-    """The prompts file and the reward model, before anything is written."""
+    """GRPO's: the prompts file or the game, and the reward model, before anything is written."""
     if cfg.prompts:
-        from playpen.reward.prompts import read_prompts
-
         if cfg.game:
             raise PlaypenError(f"{where}: set either game (episodes) or prompts (single-turn), not both")
-        if not cfg.reward_model:
-            raise PlaypenError(f"{where}: prompts needs reward_model (a classifier or scorer to score completions)")
         if cfg.validation_instances:
             raise PlaypenError(f"{where}: validation_instances are game instances; with prompts use `playpen meter`")
-        read_prompts(cfg.prompts, where, "prompts")
-    if cfg.reward_model:
-        from playpen.reward.scorers import resolve_scorer
-
-        resolve_scorer(cfg.reward_model, cfg.reward_label, what="reward_model")
+        check_prompts(cfg, where)
+    elif cfg.reward_model:
+        _check_scorer(cfg)
     elif cfg.reward_label is not None:
         raise PlaypenError(f"{where}: reward_label chooses a label of reward_model, which is not set")
+
+
+def check_prompts(cfg, where: str) -> None:
+    """Single-turn RL (GRPO's prompts mode, RLOO): the prompts file and the reward model that scores them."""
+    from playpen.reward.prompts import read_prompts
+
+    if not cfg.reward_model:
+        raise PlaypenError(f"{where}: prompts needs reward_model (a classifier or scorer to score completions)")
+    read_prompts(cfg.prompts, where, "prompts")
+    _check_scorer(cfg)
+
+
+def _check_scorer(cfg) -> None:
+    from playpen.reward.scorers import resolve_scorer
+
+    resolve_scorer(cfg.reward_model, cfg.reward_label, what="reward_model")
 
 
 def forced(cfg) -> dict:
@@ -91,9 +102,10 @@ def with_learner_text(rollout_func, tokenizer):
     return rollout
 
 
-def fit_on_prompts(session, trainer_class=None):
+def fit_on_prompts(session, trainer_class=None, limit: int | None = None):
     """Single-turn RL on a prompts jsonl against the learned reward (GRPOTrainer, or RLOOTrainer for `playpen
-    train rloo`: both take the same reward functions); returns the trainer."""
+    train rloo`: both take the same reward functions), the first `limit` prompts after shuffling; returns the
+    trainer."""
     import random
 
     from datasets import Dataset
@@ -104,8 +116,8 @@ def fit_on_prompts(session, trainer_class=None):
     cfg = session.cfg
     prompts = read_prompts(cfg.prompts, session.where, "prompts")
     random.Random(cfg.seed).shuffle(prompts)  # TRL's sampler does not shuffle (shuffle_dataset: False, see grpo)
-    if cfg.instances:
-        prompts = prompts[:cfg.instances]
+    if limit:
+        prompts = prompts[:limit]
     trainer_class = trainer_class or GRPOTrainer
     session.log(f"[playpen] {trainer_class.__name__} on {len(prompts)} prompts of {cfg.prompts}, "
                 f"{cfg.group_size} completions each")

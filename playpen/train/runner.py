@@ -74,7 +74,8 @@ def load_recipe(method: str) -> Recipe:
 def run(method: str, config_path: str | None, overrides: list[str]) -> RunDir:
     recipe = load_recipe(method)
     config_path = find_config(config_path) if config_path else None  # a file, or a shipped config's name
-    cfg = load_config(recipe.Config, config_path, overrides, keys_help=keys_help(method))
+    cfg = load_config(recipe.Config, config_path, overrides, keys_help=keys_help(method),
+                      sections=trl_args.nested_sections(recipe.trl_config))
     where = str(config_path) if config_path else "overrides"
     # ---- check: nothing is written before all of this passed
     deepspeed = check_config(recipe, cfg, where)

@@ -41,6 +41,22 @@ TRAINER_BOUNDS = {
 }
 
 
+def nested_sections(trl_config: str) -> dict:
+    """The keys of a config's nested sections, asked only when a top-level key is unknown (importing TRL takes
+    seconds): `max_steps` at the top is then pointed to `trainer.max_steps`."""
+    def trainer_keys() -> set[str]:
+        import trl
+
+        return {f.name for f in dataclasses.fields(getattr(trl, trl_config)) if f.init} - set(MANAGED)
+
+    def lora_keys() -> set[str]:
+        from peft import LoraConfig
+
+        return {f.name for f in dataclasses.fields(LoraConfig) if f.init}
+
+    return {"trainer": trainer_keys, "lora": lora_keys}
+
+
 def trainer_keys_help(cls) -> str:
     """Where `trainer:`'s keys are described: TRL's own config class (its ~125 fields are not listed in a message)."""
     return f"trainer: takes the fields of trl.{cls.__name__}"
