@@ -15,7 +15,7 @@ import pytest
 from playpen.cli import main
 from playpen.games.instances import read_instances, spread
 from playpen.models.specs import checkpoint_spec, resolve_eval_model
-from tests.helpers import REPO, playpen_ok, refused, refused_in_subprocess, snapshot
+from tests.helpers import REPO, refused, refused_in_subprocess, snapshot
 
 FAST = ["--instances", "2", "-L", "24"]
 
@@ -251,31 +251,32 @@ def clem_files(model_dir: Path) -> set[str]:
 def test_eval_writes_the_files_clem_run_writes_and_clem_score_agrees(clean_cwd):
     """The same game, the same `mock` model: clemcore's own `clem run` and `playpen eval` write the same files
     (playpen adds scores.json and its playpen_eval.json), and `clem score` on playpen's folder gives playpen's
-    scores. ~12 s (three processes)."""
+    scores."""
+    from clemcore import backends, cli
+
     (clean_cwd / "game_registry.json").write_text(json.dumps([{"benchmark_path": WORDLE}]))
-    clem = [sys.executable, "-m", "clemcore.cli"]
-    subprocess.run([*clem, "run", "-g", "wordle", "-m", "mock", "-r", "clem"], cwd=clean_cwd, check=True,
-                   capture_output=True, timeout=120)
-    playpen_ok(clean_cwd, "eval", "mock", "-g", "wordle", "-r", "pp")
+    cli.run("wordle", backends.ModelSpec.from_strings(["mock"]), gen_args={"temperature": 0.0, "max_tokens": 300},
+            experiment_name="easy", results_dir_path=clean_cwd / "clem")  # `clem run -g wordle -m mock -e easy`
+    assert main(["eval", "mock", "-g", "wordle", "-e", "easy", "-r", "pp"]) == 0
     played = clem_files(clean_cwd / "pp" / "mock")
     assert played - {p for p in played if p.endswith(("scores.json", "playpen_eval.json"))} == \
         clem_files(clean_cwd / "clem" / "mock")
-    assert sum(p.endswith("completed.json") for p in played) == 21 == \
+    assert sum(p.endswith("completed.json") for p in played) == 7 == \
         sum(p.endswith("player_1.requests.json") for p in played)
     ours, theirs = (json.loads((clean_cwd / r / "mock" / "run.json").read_text()) for r in ("pp", "clem"))
     assert ours.keys() == theirs.keys() and ours["player_models"] == theirs["player_models"]
-    assert ours["games"]["wordle"]["num_instances"] == theirs["games"]["wordle"]["num_instances"] == 21
+    assert ours["games"]["wordle"]["num_instances"] == theirs["games"]["wordle"]["num_instances"] == 7
     episode = Path("wordle/easy/instance_00000/player_1.requests.json")
     ours, theirs = (json.loads((clean_cwd / r / "mock" / episode).read_text()) for r in ("pp", "clem"))
     assert ours["meta"] == theirs["meta"] and len(ours["calls"]) == len(theirs["calls"])
 
     scores = {p: (clean_cwd / "pp" / "mock" / p).read_text() for p in played if p.endswith("/scores.json")}
-    subprocess.run([*clem, "score", "-g", "wordle", "-r", "pp"], cwd=clean_cwd, check=True, capture_output=True,
-                   timeout=120)
+    cli.score("wordle", results_dir=str(clean_cwd / "pp"))  # `clem score -g wordle -r pp`
     rescored = {p: json.loads((clean_cwd / "pp" / "mock" / p).read_text()) for p in scores}
-    assert rescored == {p: json.loads(text) for p, text in scores.items()} and len(scores) == 21
+    assert rescored == {p: json.loads(text) for p, text in scores.items()} and len(scores) == 7
 
 
+@pytest.mark.slow
 def test_a_second_game_joins_run_json_and_each_game_is_loaded_and_scored_once(clean_cwd, monkeypatch, capsys):
     """run.json keeps the games played into the folder before (as clem run's RunFileSaver does); each game is
     loaded once and every episode scored once (a replay into a staging folder used to load each game three times
