@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Callable
 
 from playpen.errors import PlaypenError
 from playpen.reading import DATA_MAX_BYTES
@@ -102,6 +103,7 @@ class EpisodeRecord:
     preferred: str  # preferred folder name
     error: str | None = None
     target: object = None  # the Episode whose record_path is set once written
+    after_write: Callable[[Path], None] | None = None  # called with the episode's folder once it is written
 
 
 def preferred_name(game_id: int, group_index: int = 0, branch_index: int = 0) -> str:
@@ -167,6 +169,8 @@ class RecordWriter:
                 return
             try:
                 path = self.write(record)
+                if record.after_write is not None:
+                    record.after_write(path)
                 self.written.append(path)
                 if record.target is not None:
                     record.target.record_path = path

@@ -333,3 +333,25 @@ def test_the_curve_starts_from_the_model_the_run_continued(tmp_path):
     assert label == "before training" and adapter is not None and Path(adapter).resolve().is_relative_to(
         warm.path.resolve()), found
     assert found[1] == ("after round 0", weights, str(final))
+
+
+@pytest.mark.slow
+def test_a_match_removes_what_a_killed_match_left_and_writes_clem_run_files(tmp_path):
+    """records/.playing.* of a match killed before is removed by the next match, never the folder a match being
+    played now holds; the records get clem run's run.json, completed.json and player_N.requests.json. ~6 s."""
+    from playpen.debate_tools import tournament
+    from playpen.storage import LOCK_FILE, private_folder
+
+    cfg = tournament.TournamentConfig(name="t", debaters=["programmatic"], judges=["programmatic"], self_play=True,
+                                      max_instances=1, output_dir=str(tmp_path))
+    records = tournament.tournament_dir(cfg) / "records"
+    dead = records / ".playing.killed"
+    dead.mkdir(parents=True)
+    (dead / LOCK_FILE).write_text("pid 1 on elsewhere".ljust(199) + "\n")  # as a SIGKILL leaves it: no holder
+    with private_folder(records, ".playing.") as playing:  # another match's, being played
+        tournament.run(cfg, log=lambda *_: None)
+        assert not dead.exists() and playing.is_dir()
+    (seated,) = [p for p in records.iterdir() if not p.name.startswith(".")]
+    assert json.loads((seated / "run.json").read_text())["games"]["debate"]["num_instances"] == 1
+    (episode,) = seated.glob("debate/*/instance_*")
+    assert {"completed.json", "player_1.requests.json", "player_3.requests.json"} <= {p.name for p in episode.iterdir()}

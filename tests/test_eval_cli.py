@@ -4,6 +4,7 @@ a folder that holds no model, one that cannot be written). ~30 s."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from playpen.cli import main
 from playpen.games.instances import read_instances, spread
 from playpen.models.specs import checkpoint_spec, resolve_eval_model
-from tests.helpers import refused, refused_in_subprocess, snapshot
+from tests.helpers import REPO, refused, refused_in_subprocess, snapshot
 
 FAST = ["--instances", "2", "-L", "24"]
 
@@ -235,3 +236,160 @@ def test_eval_of_a_folder_that_holds_no_model(capsys, clean_cwd):
 def test_an_unwritable_results_folder_is_one_line(capsys, clean_cwd):
     err = refused(capsys, ["eval", "playpen-tiny", "-g", "wordle", "-r", "/sys/playpen-results"], clean_cwd)
     assert "folder /sys/playpen-results cannot be written" in err, err
+
+
+# ---------------------------------------------------------------- clem's own files; one load, one scoring
+
+WORDLE = str(REPO / "playpen" / "games" / "wordle")
+
+
+def clem_files(model_dir: Path) -> set[str]:
+    return {str(p.relative_to(model_dir)) for p in model_dir.rglob("*") if p.is_file()}
+
+
+@pytest.mark.slow
+def test_eval_writes_the_files_clem_run_writes_and_clem_score_agrees(clean_cwd):
+    """The same game, the same `mock` model: clemcore's own `clem run` and `playpen eval` write the same files
+    (playpen adds scores.json and its playpen_eval.json), and `clem score` on playpen's folder gives playpen's
+    scores."""
+    from clemcore import backends, cli
+
+    (clean_cwd / "game_registry.json").write_text(json.dumps([{"benchmark_path": WORDLE}]))
+    cli.run("wordle", backends.ModelSpec.from_strings(["mock"]), gen_args={"temperature": 0.0, "max_tokens": 300},
+            experiment_name="easy", results_dir_path=clean_cwd / "clem")  # `clem run -g wordle -m mock -e easy`
+    assert main(["eval", "mock", "-g", "wordle", "-e", "easy", "-r", "pp"]) == 0
+    played = clem_files(clean_cwd / "pp" / "mock")
+    assert played - {p for p in played if p.endswith(("scores.json", "playpen_eval.json"))} == \
+        clem_files(clean_cwd / "clem" / "mock")
+    assert sum(p.endswith("completed.json") for p in played) == 7 == \
+        sum(p.endswith("player_1.requests.json") for p in played)
+    ours, theirs = (json.loads((clean_cwd / r / "mock" / "run.json").read_text()) for r in ("pp", "clem"))
+    assert ours.keys() == theirs.keys() and ours["player_models"] == theirs["player_models"]
+    assert ours["games"]["wordle"]["num_instances"] == theirs["games"]["wordle"]["num_instances"] == 7
+    episode = Path("wordle/easy/instance_00000/player_1.requests.json")
+    ours, theirs = (json.loads((clean_cwd / r / "mock" / episode).read_text()) for r in ("pp", "clem"))
+    assert ours["meta"] == theirs["meta"] and len(ours["calls"]) == len(theirs["calls"])
+
+    scores = {p: (clean_cwd / "pp" / "mock" / p).read_text() for p in played if p.endswith("/scores.json")}
+    cli.score("wordle", results_dir=str(clean_cwd / "pp"))  # `clem score -g wordle -r pp`
+    rescored = {p: json.loads((clean_cwd / "pp" / "mock" / p).read_text()) for p in scores}
+    assert rescored == {p: json.loads(text) for p, text in scores.items()} and len(scores) == 7
+
+
+@pytest.mark.slow
+def test_a_second_game_joins_run_json_and_each_game_is_loaded_and_scored_once(clean_cwd, monkeypatch, capsys):
+    """run.json keeps the games played into the folder before (as clem run's RunFileSaver does); each game is
+    loaded once and every episode scored once (a replay into a staging folder used to load each game three times
+    and score it twice)."""
+    from clemcore.clemgame import GameBenchmark, GameScorer
+
+    from playpen.games import instances
+
+    monkeypatch.setattr(instances, "_BENCHMARKS", {})  # (games loaded by earlier tests of this process)
+    loads, scorings = [], []
+    load_from_spec, compute_scores = GameBenchmark.load_from_spec, GameScorer.compute_scores
+    monkeypatch.setattr(GameBenchmark, "load_from_spec",
+                        staticmethod(lambda spec: loads.append(spec["game_name"]) or load_from_spec(spec)))
+    monkeypatch.setattr(GameScorer, "compute_scores",
+                        lambda self, episode: scorings.append(self.game_name) or compute_scores(self, episode))
+    assert main(["eval", "mock", "-g", "wordle", "--instances", "2", "-r", "res"]) == 0
+    assert main(["eval", "mock", "-g", "taboo", "--instances", "3", "-r", "res"]) == 0
+    assert sorted(loads) == ["taboo", "wordle"]
+    assert sorted(scorings) == ["taboo"] * 3 + ["wordle"] * 2
+    run = json.loads((clean_cwd / "res" / "mock" / "run.json").read_text())
+    assert {g: v["num_instances"] for g, v in run["games"].items()} == {"wordle": 2, "taboo": 3}
+    assert main(["eval", "mock", "--skip_gameplay", "-r", "res"]) == 0  # rescoring: once more, nothing loaded
+    assert sorted(loads) == ["taboo", "wordle"] and len(scorings) == 10
+
+
+@pytest.mark.parametrize("name", ["raw.csv", "results.html", "mock.val.json", "mock/run.json"])
+def test_a_folder_where_eval_writes_a_file_is_one_line_before_playing(capsys, clean_cwd, name):
+    (clean_cwd / "res" / name).mkdir(parents=True)
+    err = refused(capsys, ["eval", "mock", "-g", "wordle", "--instances", "1", "-r", "res"], clean_cwd / "res")
+    assert f"res/{name} is a folder where playpen eval writes a file; move it away" in err, err
+
+
+# ---------------------------------------------------------------- what a killed eval leaves
+
+SLOW_BACKEND = '''"""A model that takes a minute per reply: an eval is still playing when the test stops it."""
+import time
+
+import clemcore.backends as backends
+
+
+class Slow(backends.Backend):
+    def get_model_for(self, model_spec):
+        return SlowModel(model_spec)
+
+
+class SlowModel(backends.Model):
+    def generate_response(self, messages):
+        time.sleep(60)
+        return messages, {}, "guess: hello"
+'''
+
+
+CHECKOUT_FIRST = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+@pytest.fixture
+def slow_model(clean_cwd) -> str:
+    (clean_cwd / "slow_api.py").write_text(SLOW_BACKEND)
+    (clean_cwd / "key.json").write_text(json.dumps({"slow": {"api_key": "dummy-not-a-secret"}}))
+    (clean_cwd / "model_registry.json").write_text(json.dumps([
+        {"model_name": "slow", "backend": "slow", "model_id": "slow", "model_config": {}}]))
+    return "slow"
+
+
+def stopped_while_playing(cwd: Path, model: str, signal_number: int) -> subprocess.Popen:
+    """An eval of `model` into cwd/res, sent `signal_number` once its game is being played in .playing.*."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "playpen.cli", "eval", model, "-g", "wordle", "--instances", "1",
+                             "-r", "res"], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=CHECKOUT_FIRST)
+    deadline = time.time() + 120
+    while not list((cwd / "res").glob(".playing.*/slow/wordle/*/instance_*/instance.json")):
+        assert proc.poll() is None and time.time() < deadline, proc.stderr and proc.stderr.read()
+        time.sleep(0.1)
+    proc.send_signal(signal_number)
+    proc.wait(timeout=60)
+    assert signal_number != signal.SIGTERM or proc.returncode == 128 + signal.SIGTERM, proc.stderr.read()
+    return proc
+
+
+def hidden(results: Path) -> list[str]:
+    return sorted(p.name for p in results.iterdir() if p.name.startswith((".playing", ".tables")))
+
+
+@pytest.mark.slow
+def test_a_killed_eval_leaves_nothing_after_the_next_run(slow_model, clean_cwd):
+    """SIGKILL while playing leaves the private .playing.* folder (and one a kill left while the tables were made,
+    .tables.*); the next eval over that folder removes both, and never a live one's. ~10 s."""
+    import signal
+    import tempfile
+
+    from playpen.storage import LOCK_FILE, private_folder
+
+    stopped_while_playing(clean_cwd, slow_model, signal.SIGKILL)
+    left = hidden(clean_cwd / "res")
+    assert len(left) == 1 and left[0].startswith(".playing.")
+    # what a kill while the tables are made leaves: the private folder, its lock file held by no one
+    tables = Path(tempfile.mkdtemp(dir=clean_cwd / "res", prefix=".tables."))
+    (tables / LOCK_FILE).write_text("pid 1 on elsewhere".ljust(199) + "\n")
+    assert len(hidden(clean_cwd / "res")) == 2
+    assert main(["eval", "mock", "-g", "wordle", "--instances", "1", "-r", "res"]) == 0
+    assert hidden(clean_cwd / "res") == []
+    with private_folder(clean_cwd / "res", ".tables.") as held:  # a live one's is never removed
+        assert main(["eval", "mock", "--skip_gameplay", "-r", "res"]) == 0
+        assert hidden(clean_cwd / "res") == [held.name]
+
+
+@pytest.mark.slow
+def test_sigterm_ends_an_eval_without_leftovers(slow_model, clean_cwd):
+    """scancel sends SIGTERM: the eval stops at once and removes its staging folder on the way out. ~5 s."""
+    import signal
+
+    stopped_while_playing(clean_cwd, slow_model, signal.SIGTERM)
+    assert hidden(clean_cwd / "res") == []

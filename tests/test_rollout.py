@@ -342,3 +342,24 @@ def test_context_overflow_ends_the_episode_not_the_run(policy, tiny_model, monke
     episodes = engine(policy).play("wordle", load_instances("wordle", "validation", limit=2))
     for episode in episodes:
         assert episode.aborted and episode.reward == -1.0 and "context window" in episode.error
+
+
+def test_clem_files_are_written_by_clemcores_savers_beside_the_records(policy, tmp_path):
+    """clem_files: run.json, completed.json and one player_N.requests.json call per learner reply, as clem run
+    writes them; only one episode per instance (clem's layout)."""
+    episodes = engine(policy).play("wordle", load_instances("wordle", "validation", limit=2), records_dir=tmp_path,
+                                   clem_files=True)
+    run = json.loads((tmp_path / "playpen-tiny" / "run.json").read_text())
+    assert run["games"]["wordle"]["num_instances"] == 2 and run["player_models"]
+    for episode in episodes:
+        files = {p.name for p in episode.record_path.iterdir()}
+        assert files == {"instance.json", "interactions.json", "scores.json", "completed.json",
+                         "player_1.requests.json"}
+        requests = json.loads((episode.record_path / "player_1.requests.json").read_text())
+        assert requests["meta"]["game_id"] == episode.game_id and requests["meta"]["completed"]
+        assert len(requests["calls"]) == episode.learner_turns
+        call = requests["calls"][0]["call"]
+        assert call["manipulated_prompt_obj"]["inputs"].startswith(policy.decode(episode.prompt_ids)[:40])
+    with pytest.raises(PlaypenError, match="clem_files records one episode per instance"):
+        engine(policy).play("wordle", load_instances("wordle", "validation", limit=1), group_size=2,
+                            records_dir=tmp_path, clem_files=True)

@@ -200,7 +200,9 @@ def test_eval_replaces_planted_tables_and_val_json(capsys, work, victim, kind):
     assert victim.read_bytes() == VICTIM and sorted(os.listdir(victim.parent)) == ["thesis.tex"]
     assert all(own_file(work / "res" / name) for name in names)
     assert "mock" in (work / "res" / "results.csv").read_text()
-    assert not [p for p in (work / "res").iterdir() if p.name.startswith((".playing", ".tables"))]
+    assert not [p for p in (work / "res").iterdir() if p.name.startswith((".playing", ".tables"))
+                and not p.is_symlink()]
+    assert os.readlink(work / "res" / ".playing") == str(victim.parent)  # a link playpen did not make stays
 
 
 def test_eval_never_enters_a_linked_game_folder(capsys, work, victim):

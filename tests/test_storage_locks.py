@@ -91,3 +91,42 @@ def test_one_process_per_tournament_match(tmp_path):
                                                rf"played by another process \(pid \d+ on"):
             tournament.play_match(cfg, seating, {})
     assert not marker.exists()
+
+
+def test_remove_abandoned_takes_only_this_users_unheld_private_folders(tmp_path):
+    """What a killed process left goes; a live process's folder, a link (its target untouched), a file, another
+    user's folder, one just made (no lock yet) and other names stay."""
+    import os
+    import time
+
+    from playpen.storage import LOCK_FILE, STALE_TEMP_S, private_folder, remove_abandoned
+
+    parent = tmp_path / "res"
+    parent.mkdir()
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "thesis.tex").write_bytes(b"the only copy")
+    dead = parent / ".playing.dead"
+    dead.mkdir()
+    (dead / LOCK_FILE).write_text("pid 1 on elsewhere".ljust(199) + "\n")  # as a SIGKILL leaves it: no holder
+    (dead / "mock" / "wordle").mkdir(parents=True)
+    old = parent / ".tables.old"  # a killed run of a playpen whose private folders held no lock
+    old.mkdir()
+    os.utime(old, (time.time() - STALE_TEMP_S - 60,) * 2)
+    young = parent / ".tables.young"  # made a moment ago: its maker takes the lock next
+    young.mkdir()
+    (parent / ".playing.link").symlink_to(outside)
+    (parent / ".playing.file").write_text("x")
+    if os.getuid() == 0:  # (only root can give a folder to another user) old and unlocked, but not ours
+        theirs = parent / ".playing.theirs"
+        theirs.mkdir()
+        os.chown(theirs, 12345, 12345)
+        os.utime(theirs, (time.time() - STALE_TEMP_S - 60,) * 2)
+    (parent / "mock").mkdir()
+    with Holder(parent / ".playing.live"), private_folder(parent, ".tables.") as held:
+        removed = remove_abandoned(parent, (".playing.", ".tables."))
+        assert sorted(p.name for p in removed) == [".playing.dead", ".tables.old"]
+        stays = {".playing.link", ".playing.file", ".playing.live", ".tables.young", "mock", held.name}
+        assert {p.name for p in parent.iterdir()} == stays | ({".playing.theirs"} if os.getuid() == 0 else set())
+    assert sorted(os.listdir(outside)) == ["thesis.tex"] and (outside / "thesis.tex").read_bytes() == b"the only copy"
+    assert not held.exists()  # a private folder is removed when its block ends

@@ -26,7 +26,8 @@ from playpen.debate_tools.recorded_episodes import ADVOCATES, GAMES, Episode, ep
 from playpen.defaults import BATCH_SIZE, EVAL_BOUNDS, EVAL_HELP, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
 from playpen.storage import (Location, Name, atomic_write_json, atomic_write_text, exclusive_folder, make_folder,
-                             path_under, private_folder, read_json_or_none, replace_folder, slug_joined, write_figure)
+                             path_under, private_folder, read_json_or_none, remove_abandoned, replace_folder,
+                             slug_joined, write_figure)
 
 KEYS_HELP = "every key: `playpen submit tournament --help`"  # (the keys of `playpen debate tournament` too)
 PROGRAMMATIC = "programmatic"  # the expert advocate in an advocate's seat, the programmatic judge in the judge's
@@ -165,7 +166,7 @@ def play_match(cfg: TournamentConfig, seating: tuple[str, ...], cache: dict) -> 
     """Plays one seating over the instances into records/ and marks it played; returns its records folder."""
     from clemcore.backends import Model
 
-    from playpen.eval.evaluation import clemcore_play, score_game
+    from playpen.eval.evaluation import STAGING_DIR, carry_run_file, clemcore_play, publish_run_file, score_game
 
     entry, pairs = _instances(cfg)
     folder = tournament_dir(cfg)
@@ -176,15 +177,20 @@ def play_match(cfg: TournamentConfig, seating: tuple[str, ...], cache: dict) -> 
     with exclusive_folder(marker.parent, f"match {' vs '.join(seating)} of tournament {cfg.name} is being played "
                           f"by another process", "wait for it to end", lock_file=f".{marker.stem}.lock"):
         models = [_model(name, cache, cfg) for name in seating]
-        match = Path(Model.to_identifier(models)) / entry.name
+        seated = Model.to_identifier(models)
+        match = Path(seated) / entry.name
+        # what a killed match left: the other matches' folders are held while they play, so they stay
+        remove_abandoned(records, (f"{STAGING_DIR}.",))
         # clemcore writes its records by name: into a private folder, which then replaces the match's records
-        with private_folder(records, ".playing.") as staging:
+        with private_folder(records, f"{STAGING_DIR}.") as staging:
+            carry_run_file(records, staging, seated)
             failed = clemcore_play(entry, pairs, models, staging, cfg.batch_size)
             if failed:  # some episodes raised: the others are recorded
                 print(f"[tournament] {' vs '.join(seating)}: {failed}", file=sys.stderr)
             make_folder(staging / match, "records folder", root=staging)
             score_game(entry, staging / match)
             replace_folder(staging / match, records / match, records)
+            publish_run_file(staging, records, seated)
         atomic_write_json(marker, {"seating": seating, "episodes": len(pairs), "instances": cfg.instances,
                                    "records": str(records / match)}, root=folder)
     return records / match

@@ -165,7 +165,7 @@ def _player_for(cell: Cell):
 
 
 def _play(cell: Cell, records: Path) -> dict:
-    from playpen.eval.evaluation import in_file_order, score_game
+    from playpen.eval.evaluation import in_file_order, score_game, scored_episodes
     from playpen.eval.partners import results_folder
     from playpen.eval.scoring import load_episode_scores, summarize_game
     from playpen.games.instances import instances_file, read_instances
@@ -173,12 +173,13 @@ def _play(cell: Cell, records: Path) -> dict:
 
     entry = GameEntry(cell.game, Path(cell.game_path), "sweep", cell.game_spec)
     pairs = in_file_order(read_instances(instances_file(entry, cell.instance_set)), cell.max_instances)
-    _player_for(cell).play(entry, pairs, records)
-    folder = results_folder(cell.spec, cell.partner)
-    scored = score_game(entry, records / folder / cell.game)
+    player = _player_for(cell)
+    player.play(entry, pairs, records)
+    game_dir = records / results_folder(cell.spec, cell.partner) / cell.game
+    scored = scored_episodes(game_dir) if player.scores_while_playing else score_game(entry, game_dir)
     if scored == 0:
         raise RuntimeError(f"no episode of {cell.game} finished (see clembench.log)")
-    summary = summarize_game(cell.game, load_episode_scores(records, model=folder, games=[cell.game]))
+    summary = summarize_game(cell.game, load_episode_scores(records, model=game_dir.parent.name, games=[cell.game]))
     return {**summary.to_dict(), "instances": len(pairs), "missing": len(pairs) - summary.episodes}
 
 

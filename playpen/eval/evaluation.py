@@ -2,8 +2,12 @@
 scorer, and write `<results_dir>/<model>.val.json` (clemscore, statscore, per game) plus clemcore's
 raw.csv / results.csv / results.html.
 
-Results layout (clemcore's, so `clem score`, `clem transcribe` and `clem eval` work on it too):
-    <results_dir>/<model>/<game>/<experiment>/instance_NNNNN/{instance.json, interactions.json, scores.json}
+Results layout (clemcore's, the files `clem run` and `clem score` write, so `clem score`, `clem transcribe` and
+`clem eval` work on it too):
+    <results_dir>/<model>/run.json                      clemcore's RunFileSaver: one entry per game played
+    <results_dir>/<model>/<game>/<experiment>/experiment.json
+    <results_dir>/<model>/<game>/<experiment>/instance_NNNNN/{instance.json, interactions.json, completed.json,
+                                                             player_N.requests.json, scores.json}
     <results_dir>/<model>/<game>/playpen_eval.json      what was asked for (instances, generation settings)
     <results_dir>/<model>.val.json, raw.csv, results.csv, results.html
 
@@ -15,8 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -24,13 +30,13 @@ from playpen.reading import DATA_MAX_BYTES, read_bytes
 from playpen.defaults import BATCH_SIZE, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
 from playpen.eval.clemlog import clemcore_log, library_bars
-from playpen.games.instances import instances_file, read_instances, spread
+from playpen.games.instances import instances_file, load_benchmark, read_instances, spread
 from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
 from playpen.models import service
 from playpen.eval.partners import pair_games, resolve_partner, results_folder, select_experiments
 from playpen.records import interactions_files
 from playpen.storage import (atomic_write_bytes, atomic_write_json, check_location, exclusive_folder, not_a_link,
-                             path_under, private_folder, publish, read_json_or_none, remove_tree, replace_folder,
+                             path_under, private_folder, publish, read_json_or_none, remove_abandoned, replace_folder,
                              timestamp)
 
 DEFAULT_RESULTS_ROOT = "playpen-eval"
@@ -39,7 +45,9 @@ VAL_SUFFIX = ".val.json"
 GAME_META = "playpen_eval.json"
 STAGING_DIR = ".playing"  # a game is played in a private .playing.* folder; its records replace the earlier ones
                           # only if an episode finished
+TABLES_DIR = ".tables"  # clemcore's tables are made in a private .tables.* folder
 CLEM_TABLES = ("raw.csv", "results.csv", "results.html")  # what clemcore's `clem eval` writes into a results folder
+RUN_FILE = "run.json"  # clemcore's RunFileSaver: <results>/<model>/run.json, one entry per game played there
 
 
 def _stderr(message: str) -> None:
@@ -62,6 +70,8 @@ def _eval_log(verbose: bool):
 class ClemcorePlayer:
     """Plays through clemcore's own runner (batchwise when batch_size > 1 and the backend batches): works for
     every clemcore backend (API models included). The model is loaded once, on the first game."""
+
+    scores_while_playing = False  # its records are scored afterwards (score_game), as `clem score` does
 
     def __init__(self, spec: dict, max_tokens: int, temperature: float, batch_size: int, seed: int = 0,
                  verbose: bool = False, partner: dict | None = None):
@@ -103,15 +113,15 @@ def clemcore_play(entry: GameEntry, pairs: list[tuple[dict, dict]], models: list
     from clemcore.backends import Model
     from clemcore.clemgame import (ExperimentFileSaver, GameBenchmarkCallbackList, GameInstances,
                                    InstanceFileSaver, InteractionsFileSaver, ResultsFolder, RunFileSaver)
+    from clemcore.clemgame.callbacks.files import PlayerFileSaver, SignalFileSaver
     from clemcore.clemgame.runners import dispatch
-
-    from playpen.games.instances import load_benchmark
 
     folder = ResultsFolder(results_dir, run_dir=Model.to_identifier(models))
     infos = Model.to_infos(models)
-    callbacks = GameBenchmarkCallbackList([
+    callbacks = GameBenchmarkCallbackList([  # `clem run`'s list (clemcore.cli.run)
         InstanceFileSaver(folder), ExperimentFileSaver(folder, player_model_infos=infos),
-        InteractionsFileSaver(folder, player_model_infos=infos), RunFileSaver(folder, player_model_infos=infos)])
+        InteractionsFileSaver(folder, player_model_infos=infos), RunFileSaver(folder, player_model_infos=infos),
+        PlayerFileSaver(folder), SignalFileSaver(folder)])
     rows = GameInstances(entry.name, [{"game_name": entry.name, "experiment": e, "game_instance": i}
                                       for e, i in pairs])
     if any(e.get("best_of_n") for e, _ in pairs):
@@ -123,12 +133,29 @@ def clemcore_play(entry: GameEntry, pairs: list[tuple[dict, dict]], models: list
     return None
 
 
+def carry_run_file(results_dir: Path, staging: Path, folder: str) -> None:
+    """Put `<results_dir>/<folder>/run.json` where clemcore's RunFileSaver will write in `staging`, so that it adds
+    the game played now to the games played there before, as `clem run` does on a results folder it reuses."""
+    earlier = read_json_or_none(results_dir / folder / RUN_FILE)
+    if isinstance(earlier, dict) and isinstance(earlier.get("games"), dict):  # (else RunFileSaver starts anew)
+        atomic_write_json(staging / folder / RUN_FILE, earlier, root=staging)
+
+
+def publish_run_file(staging: Path, results_dir: Path, folder: str) -> None:
+    """Move the run.json clemcore's RunFileSaver wrote in `staging` to `<results_dir>/<folder>/run.json`."""
+    staged = staging / folder / RUN_FILE
+    if staged.is_file() and not staged.is_symlink():
+        publish(staged, results_dir / folder / RUN_FILE, results_dir)  # (every level checked: no link followed)
+
+
 class EnginePlayer(ClemcorePlayer):
     """Local Hugging Face models through playpen's rollout engine (continuous batching, KV cache between turns):
     the weights, adapter, chat template and padding are loaded exactly as clemcore's huggingface_local backend
-    loads them; game masters and scorers are the games' own, records are in clem's layout."""
+    loads them; game masters and scorers are the games' own, records are in clem's layout, with the files
+    clemcore's run, player and signal savers write. Episodes are scored as they end."""
 
     _engine = None
+    scores_while_playing = True
 
     def play(self, entry: GameEntry, pairs: list[tuple[dict, dict]], results_dir: Path) -> None:
         from playpen.rollout.engine import RolloutEngine
@@ -142,7 +169,7 @@ class EnginePlayer(ClemcorePlayer):
             self._engine = RolloutEngine(policy, self.partner, max_new_tokens=self.max_tokens,
                                          temperature=self.temperature, batch_size=self.batch_size, progress=True,
                                          seed=self.seed)
-        self._engine.play(entry, pairs, records_dir=results_dir)
+        self._engine.play(entry, pairs, records_dir=results_dir, clem_files=True)
 
 
 def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int, player: str = "auto",
@@ -163,9 +190,8 @@ def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int
 # ---------------------------------------------------------------- scoring and tables
 
 def score_game(entry: GameEntry, game_dir: Path, verbose: bool = False) -> int:
-    """(Re)score every episode under `game_dir` with the game's clemcore scorer; returns episodes scored."""
-    from clemcore.clemgame import GameBenchmark
-
+    """(Re)score every episode under `game_dir` with the game's clemcore scorer; returns episodes scored. The game
+    is loaded once per process (`load_benchmark`), for playing and scoring alike."""
     for stale in game_dir.rglob("scores.json"):
         stale.unlink()
     # episodes that broke off with an error (error.json from the rollout engine) are not scored: like clemcore's
@@ -176,11 +202,15 @@ def score_game(entry: GameEntry, game_dir: Path, verbose: bool = False) -> int:
         # a private copy of the records, and each scores.json is then written into place (a link is replaced)
         with private_folder(tempfile.gettempdir(), "playpen-scoring.") as private:
             copies = _private_records(game_dir, interactions, private)
-            with GameBenchmark.load_from_spec(entry.clem_spec()) as benchmark, library_bars(verbose):
-                benchmark.compute_scores(copies)
+            with library_bars(verbose):
+                load_benchmark(entry).compute_scores(copies)
             for copy in copies:
                 if (scores := copy.parent / "scores.json").is_file():
                     atomic_write_bytes(game_dir / scores.relative_to(private), scores.read_bytes(), root=game_dir)
+    return scored_episodes(game_dir)
+
+
+def scored_episodes(game_dir: Path) -> int:
     return sum(1 for _ in game_dir.rglob("scores.json"))
 
 
@@ -212,7 +242,7 @@ def write_clem_tables(results_dir: Path) -> None:
     there: a link planted at raw.csv is replaced, never written through."""
     from clemcore import clemeval
 
-    with private_folder(results_dir, ".tables.") as tables:
+    with private_folder(results_dir, f"{TABLES_DIR}.") as tables:
         for scores in results_dir.rglob("*scores.json"):  # (clemeval's own pattern; rglob enters no linked folder)
             relative = scores.relative_to(results_dir)
             if relative.parts[0].startswith(".") or scores.is_symlink() or not scores.is_file():
@@ -305,6 +335,7 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
     not_a_link(results, "results folder")
     if results.exists() and not results.is_dir():
         raise PlaypenError(f"results dir {results} is a file; give a folder with -r")
+    _check_outputs(results, folder)
     if skip_gameplay:
         if experiments:
             raise PlaypenError("-e chooses what is played; --skip-gameplay plays nothing (drop one of them)")
@@ -313,21 +344,53 @@ def evaluate(model: str | dict, games: list[str] | None = None, results_dir: str
         plan = _games_to_play(games, suite, partner_spec, instances, instance_set, experiments)
         entries = [e for e, _, _ in plan]
     # one process writes a results folder at a time: two evals into one -r would mix their episodes and tables
-    with exclusive_folder(results, f"results folder {results} is in use by another playpen eval",
-                          "wait for it to end, or pick another -r"), clemcore_log(results, verbose) as log_file:
+    with _exit_on_sigterm(), exclusive_folder(results, f"results folder {results} is in use by another playpen eval",
+                                              "wait for it to end, or pick another -r"), \
+            clemcore_log(results, verbose) as log_file:
+        # what an eval killed here left (this one holds -r now, so none of them is in use)
+        remove_abandoned(results, (f"{STAGING_DIR}.", f"{TABLES_DIR}."))
         log = log or _eval_log(verbose)
-        kept = []  # games whose replay finished no episode: their earlier records stay
+        played: dict[str, int | None] = {}  # episodes scored per game played now (None: earlier records kept)
         if not skip_gameplay:
             runner = make_player(spec, max_new_tokens, temperature, batch_size, player, seed, verbose, partner_spec)
             settings = {"partner": partner_spec and partner_spec["model_name"], "experiments": experiments,
                         "instance_set": instance_set, "max_tokens": max_new_tokens, "temperature": temperature,
                         "seed": seed}
-            kept = _play_games(runner, plan, results, folder, who, log, verbose, settings)
-        empty = _score_games(entries, results, folder, log, verbose, log_file, kept)
+            played = _play_games(runner, plan, results, folder, who, log, verbose, settings)
+        empty = _score_games(entries, results, folder, log, verbose, log_file, played)
         val = write_val_json(results, spec, {"suite": suite, "seconds": round(time.time() - started, 1),
                                              "games_without_episodes": empty}, partner_spec)
         write_clem_tables(results)
     return val
+
+
+def _check_outputs(results: Path, folder: str) -> None:
+    """One line, before anything is played, when a folder stands where eval writes a file (clem's tables,
+    val.json, run.json): the move into place would fail after the games were played."""
+    for name in (*CLEM_TABLES, f"{folder}{VAL_SUFFIX}", f"{folder}/{RUN_FILE}"):
+        path = results / name
+        if path.is_dir() and not path.is_symlink():
+            raise PlaypenError(f"{path} is a folder where playpen eval writes a file; move it away or pick "
+                               f"another -r")
+
+
+@contextlib.contextmanager
+def _exit_on_sigterm():
+    """SIGTERM (scancel, kill) ends the eval as Ctrl-C does, so its private folders are removed on the way out;
+    left as it is where a handler is already installed (submitit's, in a job) or off the main thread."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _recorded_games(results: Path, folder: str, who: str, games: list[str] | None, suite: str) -> list:
@@ -359,17 +422,17 @@ def _games_to_play(games: list[str] | None, suite: str, partner_spec: dict | Non
 
 
 def _play_games(runner, plan: list[tuple], results: Path, folder: str, who: str, log, verbose: bool,
-                settings: dict) -> list[str]:
-    """Play each game into a staging folder, which replaces the game's earlier records once an episode of it
-    finished; returns the games whose replay finished none (their earlier records stay)."""
-    kept = []
-    for stale in results.glob(f"{STAGING_DIR}*"):  # left by an eval that was killed (this one holds -r)
-        remove_tree(stale, results)
+                settings: dict) -> dict[str, int | None]:
+    """Play each game into a staging folder, score it there (once), and let it replace the game's earlier records
+    (and its entry in run.json) once an episode of it finished; returns the episodes scored per game played, None
+    for a game whose replay finished none while earlier records of it are there (they stay)."""
+    played = {}
     for entry, path, pairs in plan:
         with private_folder(results, f"{STAGING_DIR}.") as staging:
             game_started = time.time()
             log(f"[eval] {who} plays {entry.name}: {len(pairs)} instances "
                 f"({path.name}, {entry.path})")
+            carry_run_file(results, staging, folder)
             runner.play(entry, pairs, staging)
             staged = path_under(staging, folder, entry.name, what="game folder")
             atomic_write_json(staged / GAME_META, {
@@ -380,19 +443,24 @@ def _play_games(runner, plan: list[tuple], results: Path, folder: str, who: str,
                 "seed": settings["seed"], "player": type(runner).__name__,
                 "seconds": round(time.time() - game_started, 1)})
             game_dir = path_under(results, folder, entry.name, what="game folder")
-            if score_game(entry, staged, verbose) or not game_dir.exists():
+            scored = scored_episodes(staged) if runner.scores_while_playing else score_game(entry, staged, verbose)
+            played[entry.name] = scored if scored or not game_dir.exists() else None
+            if played[entry.name] is not None:
                 replace_folder(staged, game_dir, results)  # the new records replace the old ones
-            else:
-                kept.append(entry.name)
-    return kept
+                publish_run_file(staging, results, folder)
+    return played
 
 
-def _score_games(entries: list, results: Path, folder: str, log, verbose: bool, log_file, kept: list[str]) -> list:
-    """Score every game's records (clemcore's scorer); returns the games without a finished episode, said loudly
-    (and an error when that is all of them)."""
+def _score_games(entries: list, results: Path, folder: str, log, verbose: bool, log_file,
+                 played: dict[str, int | None]) -> list:
+    """Score the records of every game not played now (those played now were scored as they were staged);
+    returns the games without a finished episode, said loudly (and an error when that is all of them)."""
     empty = []
+    kept = [game for game, scored in played.items() if scored is None]  # their earlier records stay: scored here
     for entry in entries:
-        scored = score_game(entry, path_under(results, folder, entry.name, what="game folder"), verbose)
+        scored = played.get(entry.name)
+        if scored is None:
+            scored = score_game(entry, path_under(results, folder, entry.name, what="game folder"), verbose)
         log(f"[eval] {entry.name}: {scored} episodes scored")
         if not scored:
             empty.append(entry.name)

@@ -35,6 +35,8 @@ import random
 import sys
 import uuid
 from collections import deque
+from datetime import datetime
+from pathlib import Path
 
 import torch
 from clemcore import backends
@@ -47,7 +49,7 @@ from playpen.rollout.episode import (GAME_ENDED_CONTEXT, BranchInfo, Conversatio
 from playpen.rollout.generation import generate_groups
 from playpen.games.instances import game_entry, load_benchmark, normalize
 from playpen.records import EpisodeRecord, RecordWriter, model_identifier, preferred_name
-from playpen.rollout.live import Job, LiveEpisode, PlaySession, Snapshot
+from playpen.rollout.live import ClaimedFolders, Job, LiveEpisode, PlaySession, Snapshot
 from playpen.rollout.policy import LocalPolicy, PolicyModel, clean_reply, partner_model
 
 # clemcore's recorder reads clemcore's version from the package metadata for every episode (~1 ms, 2 % of a
@@ -91,18 +93,24 @@ class RolloutEngine:
     # ------------------------------------------------------------ public API
 
     def play(self, game, instances, group_size: int = 1, records_dir=None, records_tag: str | None = None,
-             wait_for_records: bool = True) -> list[Episode]:
+             wait_for_records: bool = True, clem_files: bool = False) -> list[Episode]:
         """Play every instance `group_size` times. Episodes come back in input order (instance-major).
         wait_for_records=False returns while records are still being written (a trainer overlaps that with its
-        step); `finish_records()` waits for them and sets each episode's record_path."""
+        step); `finish_records()` waits for them and sets each episode's record_path. `clem_files`: the records
+        also get the files `clem run` writes through clemcore's own savers (`<models>/run.json`, each episode's
+        completed.json or error.json and player_N.requests.json); clemcore writes those by name, so
+        `records_dir` must be a private folder (eval's staging folder), and each instance is played once."""
         if group_size < 1:
             raise PlaypenError(f"group_size must be >= 1 (got {group_size})")
-        session = self._session(game, records_dir, records_tag)
+        if clem_files and (records_dir is None or records_tag or group_size != 1):
+            raise PlaypenError("clem_files records one episode per instance, in clem's layout: give records_dir, "
+                               "no records_tag, group_size 1")
+        session = self._session(game, records_dir, records_tag, clem_files)
         jobs = [Job(e, i, g) for e, i in normalize(instances) for g in range(group_size)]
         try:
             return self._run(session, jobs, total=len(jobs))
         finally:
-            self._close(session, wait=wait_for_records or sys.exc_info()[0] is not None)
+            self._close(session, wait=wait_for_records or clem_files or sys.exc_info()[0] is not None)
 
     def finish_records(self) -> list:
         """Wait for the records of plays that did not wait for them; the paths written."""
@@ -147,7 +155,7 @@ class RolloutEngine:
 
     # ------------------------------------------------------------ setup
 
-    def _session(self, game, records_dir, records_tag) -> PlaySession:
+    def _session(self, game, records_dir, records_tag, clem_files: bool = False) -> PlaySession:
         entry = game_entry(game)
         bench = load_benchmark(entry)
         players = int(entry.spec.get("players", 1) or 1)
@@ -171,7 +179,17 @@ class RolloutEngine:
             from tqdm import tqdm
 
             progress = tqdm(total=0, desc=f"{entry.name}", unit="ep", dynamic_ncols=True, leave=False)
-        return PlaySession(entry.name, bench, seats, models_id, infos, writer, progress)
+        session = PlaySession(entry.name, bench, seats, models_id, infos, writer, progress)
+        if clem_files:
+            from clemcore.clemgame import GameBenchmarkCallbackList, RunFileSaver
+            from clemcore.clemgame.callbacks.files import PlayerFileSaver, SignalFileSaver
+
+            session.folders = ClaimedFolders(Path(records_dir), models_id)
+            session.callbacks = GameBenchmarkCallbackList([  # `clem run`'s savers of what the engine does not write
+                RunFileSaver(session.folders, player_model_infos=infos), PlayerFileSaver(session.folders),
+                SignalFileSaver(session.folders)])
+            session.callbacks.on_benchmark_start(bench)
+        return session
 
     def _close(self, session: PlaySession, wait: bool = True) -> None:
         if session.progress is not None:
@@ -181,6 +199,17 @@ class RolloutEngine:
                 session.writer.close()
             else:
                 self._open_writers.append(session.writer)
+        if session.callbacks is not None:
+            session.callbacks.on_benchmark_end(session.bench)
+
+    @staticmethod
+    def _saved(session: PlaySession, gm, instance: dict, error: str | None, path: Path) -> None:
+        """clemcore's savers write an episode's files into the folder the writer claimed for it (writer threads)."""
+        session.folders.claimed[id(gm)] = path
+        try:
+            session.callbacks.on_game_end(gm, instance, None if error is None else RuntimeError(error))
+        finally:
+            del session.folders.claimed[id(gm)]
 
     # ------------------------------------------------------------ scheduling
 
@@ -228,6 +257,8 @@ class RolloutEngine:
         for player in gm.get_players():
             recorder.log_player(player.name, player.game_role, player.model.name)
         gm.register(recorder)
+        if session.callbacks is not None:
+            session.callbacks.on_game_start(gm, instance)  # (as clemcore's runner: after setup, before before_game)
         item = LiveEpisode(index, job, gm, recorder, uuid.uuid4().hex[:12])
         if session.snapshot_turn is not None:
             item.snapshots = []
@@ -300,6 +331,9 @@ class RolloutEngine:
             seq, n = conv.prepare(perspective), candidates(player)
             temperature = default if n == 1 else float(getattr(player, "candidate_temperature", None) or default)
             requests.append((item, conv, player, [seq] + [seq.copy() for _ in range(n - 1)], temperature))
+        # what clemcore's huggingface_local backend records of a call (player_N.requests.json), when asked for
+        prompts = [policy.decode(r[3][0].ids) for r in requests] if session.callbacks is not None else None
+        call_start = datetime.now()
         outs = generate_groups(policy, [r[3] for r in requests], [r[4] for r in requests],
                                max_new_tokens=self.max_new_tokens, generator=self._generator_for(policy),
                                keep_cache=self.kv_cache, prefix_cache=session.prefix_caches.setdefault(id(policy), {}))
@@ -319,7 +353,14 @@ class RolloutEngine:
                     continue
                 conv.seq = seqs[chosen]  # the chosen candidate's tokens (and cache) continue the conversation
             conv.add_reply(outs[i][chosen], raws[chosen], texts[chosen])
-            player.perceive_response(texts[chosen])
+            call = None
+            if prompts is not None:
+                call = {"prompt": {"inputs": prompts[i], "max_new_tokens": self.max_new_tokens,
+                                   "temperature": requests[i][4]},
+                        "response_object": {"response": raws[chosen], "clem_player": {
+                            "call_start": str(call_start), "call_duration": str(datetime.now() - call_start),
+                            "response": texts[chosen], "model_name": player.model.name}}}
+            player.perceive_response(texts[chosen], metadata=call)
             self._step(item, texts[chosen])
 
     def _generator_for(self, policy: LocalPolicy) -> torch.Generator | None:
@@ -390,9 +431,11 @@ class RolloutEngine:
             session.snapshots[item.index] = item.snapshots
         if session.writer is not None:
             branch_index = job.branch.index if job.branch else 0
+            saved = None if session.callbacks is None else \
+                functools.partial(self._saved, session, gm, job.instance, error)
             session.writer.submit(EpisodeRecord(
                 session.game, job.experiment, job.instance, interactions, scores,
-                preferred_name(job.instance["game_id"], job.group_index, branch_index), error, episode))
+                preferred_name(job.instance["game_id"], job.group_index, branch_index), error, episode, saved))
         if session.progress is not None:
             session.progress.update(1)
         return episode

@@ -99,6 +99,8 @@ def publish(source: str | Path, target: str | Path, root: str | Path | None = No
     followed), with the mode the umask gives ordinary files."""
     target = Path(target)
     make_folder(target.parent, "folder", root)
+    if target.is_dir() and not target.is_symlink():
+        raise PlaypenError(f"{target} is a folder where playpen writes a file; move it away")
     os.chmod(source, 0o666 & ~current_umask())
     os.replace(source, target)
     return target

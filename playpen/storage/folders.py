@@ -1,15 +1,12 @@
 """Folders playpen writes into: made or entered only as real folders (`make_folder`), made new where a library
-writes by name (`private_folder`, `staging_folder`) and put in place whole (`replace_folder`), and
-removed or moved only when proven inside their root."""
+writes by name (`staging_folder`; `private_folder`, which is held, is in locks.py) and put in place whole
+(`replace_folder`), and removed or moved only when proven inside their root."""
 from __future__ import annotations
 
 import os
 import shutil
 import stat
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from playpen.errors import PlaypenError
 from playpen.storage.names import LINK_ADVICE, inside
@@ -90,19 +87,6 @@ def make_private_folder(folder: str | Path, what: str, root: str | Path) -> Path
         raise PlaypenError(f"{what} {folder} cannot be made ({e.strerror}); pick a writable folder") from None
     os.chmod(folder, 0o700)  # (mkdir's mode is cut by the umask only; this states it)
     return folder
-
-
-@contextmanager
-def private_folder(parent: str | Path, prefix: str) -> Iterator[Path]:
-    """A new folder in `parent` that only this user can enter (mkdtemp: a fresh random name, mode 0700), removed
-    on exit: where a library writes files by name (clemcore's tables and records, a model's files), nothing can
-    be planted before it writes. What it wrote is moved out with `publish` or `replace_folder`."""
-    parent = make_folder(parent)
-    folder = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def staging_folder(target: str | Path, root: str | Path, create: bool = True) -> Path:

@@ -1,19 +1,25 @@
 """One process per folder: `exclusive_folder`, a flock on a lock file that playpen opens as it opens every file it
-appends to (no link followed, one link only) and never truncates."""
+appends to (no link followed, one link only) and never truncates; `private_folder`, a new folder held that way
+while a library writes into it, and `remove_abandoned`, which removes the private folders that killed processes
+left (their lock free)."""
 from __future__ import annotations
 
 import errno
 import fcntl
 import os
 import re
+import shutil
 import socket
+import stat
+import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
 from playpen.errors import PlaypenError
-from playpen.storage.files import _own_regular_file
-from playpen.storage.folders import make_folder
+from playpen.storage.files import STALE_TEMP_S, _own_regular_file
+from playpen.storage.folders import make_folder, remove_tree
 from playpen.storage.names import LINK_ADVICE
 
 LOCK_FILE = ".playpen.lock"
@@ -66,3 +72,52 @@ def exclusive_folder(folder: str | Path, in_use: str, advice: str, lock_file: st
         yield folder
     finally:
         os.close(fd)  # releases the lock
+
+
+@contextmanager
+def private_folder(parent: str | Path, prefix: str) -> Iterator[Path]:
+    """A new folder in `parent` that only this user can enter (mkdtemp: a fresh random name, mode 0700), held with
+    `exclusive_folder` while the block runs and removed on exit: where a library writes files by name (clemcore's
+    tables and records, a model's files), nothing can be planted before it writes. What it wrote is moved out with
+    `publish` or `replace_folder`. A process killed inside the block (SIGKILL) leaves the folder, its lock free:
+    `remove_abandoned` removes it on the next run over `parent`."""
+    parent = make_folder(parent)
+    folder = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
+    try:
+        with exclusive_folder(folder, f"private folder {folder} is in use", "rerun"):
+            yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def remove_abandoned(parent: str | Path, prefixes: tuple[str, ...]) -> list[Path]:
+    """Remove the `private_folder`s named with one of `prefixes` in `parent` that killed processes left: only real
+    folders (no link, file or FIFO), only this user's, and only when no live process holds their lock (a concurrent
+    run's folder is held for as long as it writes into it). A folder without a lock file is left alone for
+    STALE_TEMP_S (its maker takes the lock a moment after mkdtemp). Returns the folders removed."""
+    removed: list[Path] = []
+    try:
+        with os.scandir(parent) as entries:
+            names = [e.name for e in entries if e.name.startswith(prefixes)]
+    except OSError:
+        return removed
+    for name in names:
+        folder = Path(parent) / name
+        try:
+            info = os.lstat(folder)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            continue
+        if not os.path.lexists(folder / LOCK_FILE):
+            if time.time() - info.st_mtime < STALE_TEMP_S:
+                continue
+        else:
+            try:  # free: its holder is gone (the kernel dropped the lock); released before removing (NFS)
+                with exclusive_folder(folder, "in use", "-"):
+                    pass
+            except PlaypenError:
+                continue  # held by a live process, or a lock file that is not playpen's: not ours to judge
+        remove_tree(folder, parent)
+        removed.append(folder)
+    return removed
