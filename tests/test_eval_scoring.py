@@ -141,3 +141,37 @@ def test_a_games_own_episode_scores_are_averaged_where_logged():
     (summary,) = summarize(episodes).values()
     assert summary.own == {"Feedback Consistency": 0.8, "Guesses": 4.0}
     assert summary.to_dict()["own"] == summary.own
+
+
+def planted_records(results: Path, hostile: str) -> Path:
+    """One arithmetic episode of `mock` in clemcore's layout, with `hostile` (a FIFO at instance.json or
+    experiment.json, or an interactions.json above the records' size bound) planted in it."""
+    from playpen.reading import RECORD_MAX_BYTES
+
+    episode = results / "mock" / "arithmetic" / "0_easy" / "instance_00000"
+    episode.mkdir(parents=True)
+    files = {"interactions.json": episode / "interactions.json", "instance.json": episode / "instance.json",
+             "experiment.json": episode.parent / "experiment.json"}
+    for name, path in files.items():
+        if name == hostile == "interactions.json":
+            with path.open("wb") as f:  # sparse: no disk taken
+                f.truncate(RECORD_MAX_BYTES + 1)
+        elif name == hostile:
+            os.mkfifo(path)
+        else:
+            path.write_text(json.dumps({"name": "0_easy", "game_id": 0, "players": {}, "turns": []}))
+    return files[hostile]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("hostile", ["instance.json", "experiment.json", "interactions.json"])
+def test_rescoring_checks_every_file_clemcores_scorer_opens(tmp_path, capsys, hostile):
+    """A FIFO planted where clemcore's scorer opens an episode's file would hang its plain open(); a huge (sparse)
+    record would take the machine's memory: one line naming the file, and nothing scored or written."""
+    from tests.helpers import fails
+
+    results = tmp_path / "res"
+    planted = planted_records(results, hostile)
+    err = fails(capsys, ["eval", "mock", "--skip-gameplay", "-r", str(results)])
+    assert f"episode record {planted}" in err and "move that episode folder" in err, err
+    assert not list(results.rglob("scores.json")) and not (results / "mock.val.json").exists()

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from playpen.reading import read_bytes
+from playpen.reading import RECORD_MAX_BYTES, check_regular_file, read_bytes
 from playpen.defaults import BATCH_SIZE, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
 from playpen.eval.clemlog import clemcore_log, library_bars
@@ -27,7 +27,7 @@ from playpen.games.instances import instances_file, read_instances, spread
 from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
 from playpen.models import service
 from playpen.eval.partners import pair_games, resolve_partner, results_folder, select_experiments
-from playpen.records import interactions_files
+from playpen.records import EXPERIMENT, INSTANCE, interactions_files
 from playpen.storage import (atomic_write_json, check_location, exclusive_folder, not_a_link, path_under,
                              private_folder, publish, read_json_or_none, remove_tree, replace_folder, timestamp)
 
@@ -164,15 +164,29 @@ def score_game(entry: GameEntry, game_dir: Path, verbose: bool = False) -> int:
     """(Re)score every episode under `game_dir` with the game's clemcore scorer; returns episodes scored."""
     from clemcore.clemgame import GameBenchmark
 
-    for stale in game_dir.rglob("scores.json"):
-        stale.unlink()
     # episodes that broke off with an error (error.json from the rollout engine) are not scored: like clemcore's
     # runner, which records no episode that raised, they count as missing, not as played or aborted
     interactions = interactions_files(game_dir, finished=True)
+    check_episode_files(interactions)
+    for stale in game_dir.rglob("scores.json"):
+        stale.unlink()
     if interactions:
         with GameBenchmark.load_from_spec(entry.clem_spec()) as benchmark, library_bars(verbose):
             benchmark.compute_scores(interactions)
     return sum(1 for _ in game_dir.rglob("scores.json"))
+
+
+def check_episode_files(interactions: list[Path]) -> None:
+    """The files clemcore's scorer opens by name for each episode (interactions.json, the instance.json beside it,
+    the experiment.json above it) are regular files within the records' size bound, checked before it opens them:
+    a FIFO planted there would hang its plain open() and a huge sparse file take the machine's memory."""
+    for path in interactions:
+        for file in (path, path.parent / INSTANCE, path.parent.parent / EXPERIMENT):
+            try:
+                check_regular_file(file, "episode record", RECORD_MAX_BYTES)
+            except PlaypenError as e:
+                raise PlaypenError(f"{e} (clemcore's scorer reads it); move that episode folder "
+                                   f"{path.parent} away to score the others") from None
 
 
 def write_clem_tables(results_dir: Path) -> None:
