@@ -132,10 +132,26 @@ class RunDir:
         return f"{self.path.parent.name}-{self.path.name}"
 
     def create(self) -> "RunDir":
+        if not os.path.lexists(self.path):  # (a run that exists already keeps its name: it is resumed)
+            if other := self.same_model_name():
+                raise PlaypenError(f"run folder {self.path} would register the model {self.model_name!r}, which "
+                                   f"run folder {other} spells too (<experiment>-<run_id>); pick another run_id "
+                                   f"or experiment")
         make_folder(not_a_link(self.path, "run folder"), "run folder")
         for d in (self.checkpoints, self.records, self.logs):  # (old checkpoints are deleted in there)
             make_folder(d, "run folder", root=self.path)
         return self
+
+    def same_model_name(self) -> Path | None:
+        """Another run folder under the same root whose `<experiment>-<run_id>` is this run's model name
+        (`a-b/c` and `a/b-c`), if there is one."""
+        root, name = self.path.parent.parent, self.model_name
+        for cut in (i for i, char in enumerate(name) if char == "-"):
+            experiment, run_id = name[:cut], name[cut + 1:]
+            other = root / experiment / run_id
+            if is_safe_name(experiment) and is_safe_name(run_id) and other != self.path and is_run_dir(other):
+                return other
+        return None
 
     @classmethod
     def for_experiment(cls, storage_root: str | Path | None, experiment: str, run_id: str | None = None) -> "RunDir":
