@@ -23,8 +23,8 @@ from playpen.storage.folders import (current_umask, make_folder, move_tree, priv
                                      replace_folder, share_as_umask, staging_folder)
 from playpen.storage.locks import LOCK_FILE, exclusive_folder
 from playpen.storage.names import (LINK_ADVICE, NAME, NAME_MAX, NAME_RULE, UNSAFE_IN_PATH, Location, Name,
-                                   check_location, check_name, inside, is_safe_name, not_a_link, path_under, slug,
-                                   slug_joined)
+                                   absolute_location, check_location, check_name, inside, is_safe_name, not_a_link,
+                                   path_under, slug, slug_joined)
 from playpen.storage.runs import (CHECKPOINT_NAME, DEFAULT_STORAGE, STORAGE_ENV, RunDir, check_output_file,
                                   checkpoint_step, checkpoints_in, is_run_dir, new_run_id, resolve_storage_root,
                                   timestamp, unwritable)
@@ -34,7 +34,8 @@ __all__ = [
     "jsonl_lines", "open_append", "publish", "read_json_or_none", "read_jsonl", "read_text_lossy", "storage_full",
     "write_figure", "written_by_me", "current_umask", "make_folder", "move_tree", "private_folder",
     "remove_tree", "replace_folder", "share_as_umask", "staging_folder", "LOCK_FILE", "exclusive_folder",
-    "LINK_ADVICE", "NAME", "NAME_MAX", "NAME_RULE", "UNSAFE_IN_PATH", "Location", "Name", "check_location",
+    "LINK_ADVICE", "NAME", "NAME_MAX", "NAME_RULE", "UNSAFE_IN_PATH", "Location", "Name", "absolute_location",
+    "check_location",
     "check_name", "inside", "is_safe_name", "not_a_link", "path_under", "slug", "slug_joined", "CHECKPOINT_NAME",
     "DEFAULT_STORAGE", "STORAGE_ENV", "RunDir", "check_output_file", "checkpoint_step", "checkpoints_in",
     "is_run_dir", "new_run_id", "resolve_storage_root", "timestamp", "unwritable",
