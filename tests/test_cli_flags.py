@@ -27,6 +27,8 @@ FLAGS = {
     "eval --seed 2^32": (EVAL + ["--seed", "4294967296"], "--seed: must be at most 4294967295"),
     "eval -L 10^9": (EVAL + ["-L", "1000000000"], "-L/--max-new-tokens: must be at most 131072"),
     "meter -n 10^9": (METER + ["-n", "1000000000"], "-n: must be at most 10000, got 1000000000"),
+    "screen -k 10^9": (["screen", "playpen-tiny", "-g", "wordle", "-o", "o.json", "-k", "1000000000"],
+                       "-k/--samples: must be at most 1024, got 1000000000"),
     "meter --seed 2^40": (METER + ["--seed", str(2**40)], "--seed: must be at most 4294967295"),
     "meter --batch-size 10^9": (METER + ["--batch-size", "1000000000"], "--batch-size: must be at most 65536"),
     "tournament max_instances 10^9": (TOURNAMENT + ["max_instances=1000000000"],
