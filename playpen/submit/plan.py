@@ -426,8 +426,11 @@ def read_sweep(args: argparse.Namespace, profile: ClusterProfile, config: str, r
     cells = sweep.cells if args.dry_run else sweep.pending_cells()
     if not cells:
         sweep_mod.aggregate(sweep.dir)
-        print(f"sweep {sweep.config.name}: all {len(sweep.cells)} cells are done; nothing submitted "
-              f"(aggregate refreshed in {sweep.dir})")
+        counts = sweep_mod.status(sweep.dir)["counts"]
+        state = f"all {len(sweep.cells)} cells are done" if not counts["running"] else \
+            f"{counts['done']} of {len(sweep.cells)} cells are done and {counts['running']} still running " \
+            f"(`playpen submit status {sweep.dir}`)"
+        print(f"sweep {sweep.config.name}: {state}; nothing submitted (aggregate refreshed in {sweep.dir})")
         return None
     workers = 1 if executor == "slurm" else max(1, min(profile.array_parallelism, len(cells)))
     array = [[c] for c in cells] if executor == "slurm" else [cells[i::workers] for i in range(workers)]
