@@ -38,6 +38,8 @@ FLAGS = {
     "tournament max_new_tokens 0": (TOURNAMENT + ["max_new_tokens=0"], "max_new_tokens: must be at least 1"),
     "eval -r not UTF-8": (["eval", "playpen-tiny", "-g", "wordle", "-r", os.fsdecode(b"res-\xff")],
                           "holds bytes that are not UTF-8"),
+    "eval -r a name of 300 bytes": (["eval", "playpen-tiny", "-g", "wordle", "-r", "r" * 300],
+                                    "has a name of 300 bytes, above the 255 a file system allows"),
     "run -L 0": (["run", "t.py", "-l", "playpen-tiny", "-L", "0"], "-L/--max-new-tokens: must be at least 1, got 0"),
     "run -T -1": (["run", "t.py", "-l", "playpen-tiny", "-T", "-1"], "-T/--temperature: must be at least 0"),
     "run -T nan": (["run", "t.py", "-l", "playpen-tiny", "-T", "nan"], "-T/--temperature: must be a finite number"),

@@ -175,3 +175,18 @@ def test_rescoring_checks_every_file_clemcores_scorer_opens(tmp_path, capsys, ho
     err = fails(capsys, ["eval", "mock", "--skip-gameplay", "-r", str(results)])
     assert f"episode record {planted}" in err and "move that episode folder" in err, err
     assert not list(results.rglob("scores.json")) and not (results / "mock.val.json").exists()
+
+
+def test_when_no_episode_finished_the_line_names_the_first_episodes_error(tmp_path, capsys):
+    """The cause (a prompt beyond the context window, ...) is in the one line, not only in clembench.log."""
+    from tests.helpers import fails
+
+    results = tmp_path / "res"
+    episode = planted_records(results, "experiment.json").parent / "instance_00000"
+    (episode.parent / "experiment.json").unlink()
+    (episode.parent / "experiment.json").write_text(json.dumps({"name": "0_easy"}))
+    (episode / "error.json").write_text(json.dumps({"message": "context window of 512 tokens exceeded\n(5000000 "
+                                                               "tokens before the reply)"}))
+    err = fails(capsys, ["eval", "mock", "--skip-gameplay", "-r", str(results)])
+    assert err == ("playpen: error: no episode of arithmetic finished (first error: context window of 512 tokens "
+                   f"exceeded (5000000 tokens before the reply)); see {results / 'clembench.log'}"), err

@@ -124,3 +124,9 @@ TRAINER_VALUES = {
 @pytest.mark.parametrize("case", TRAINER_VALUES)
 def test_trainer_values(capsys, stocked_cwd, case):
     check_refused(capsys, stocked_cwd, *TRAINER_VALUES[case])
+
+
+def test_another_methods_config_is_named_as_such(capsys, stocked_cwd):
+    err = check_refused(capsys, stocked_cwd, ["train", "sft", "--config", "grpo/demo"], "unknown key 'game'")
+    assert err.endswith("grpo/demo.yaml is a config of `playpen train grpo` (its first line says so): give it to "
+                        "that command, or a config of this one"), err

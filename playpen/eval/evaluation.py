@@ -27,7 +27,7 @@ from playpen.games.instances import instances_file, read_instances, spread
 from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
 from playpen.models import service
 from playpen.eval.partners import pair_games, resolve_partner, results_folder, select_experiments
-from playpen.records import EXPERIMENT, INSTANCE, interactions_files
+from playpen.records import ERROR, EXPERIMENT, INSTANCE, interactions_files
 from playpen.storage import (atomic_write_json, check_location, exclusive_folder, not_a_link, path_under,
                              private_folder, publish, read_json_or_none, remove_tree, replace_folder, timestamp)
 
@@ -381,8 +381,13 @@ def _score_games(entries: list, results: Path, folder: str, log, verbose: bool, 
         if not scored:
             empty.append(entry.name)
     if len(empty) == len(entries):  # nothing to score: a val.json or tables now would only mislead
-        # why each episode broke is in clemcore's log, where the rollout engine's warnings go too
-        raise PlaypenError(f"no episode of {', '.join(empty)} finished; see {log_file}")
+        # why each episode broke is in clemcore's log, where the rollout engine's warnings go too; the first
+        # episode's own error (the context window exceeded, ...) is the likely cause of all
+        why = next((error for entry in entries
+                    if (error := first_episode_error(path_under(results, folder, entry.name, what="game folder")))),
+                   None)
+        raise PlaypenError(f"no episode of {', '.join(empty)} finished" + (f" (first error: {why})" if why else "")
+                           + f"; see {log_file}")
     if kept:
         _stderr(f"[eval] WARNING: no episode of {', '.join(kept)} finished this time (see {log_file}); their "
                 f"earlier records in {results} were kept and are scored")
@@ -390,6 +395,15 @@ def _score_games(entries: list, results: Path, folder: str, log, verbose: bool, 
         _stderr(f"[eval] WARNING: no episode of {', '.join(empty)} finished (see {log_file}); "
                 f"these games are missing from clemscore/statscore")
     return empty
+
+
+def first_episode_error(game_dir: Path) -> str | None:
+    """The message of the first episode under `game_dir` that broke off (the rollout engine's error.json)."""
+    for path in interactions_files(game_dir) if game_dir.is_dir() else []:
+        error = read_json_or_none(path.parent / ERROR)
+        if isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"].strip():
+            return " ".join(error["message"].split())[:300]
+    return None
 
 
 def format_val(val: dict) -> str:
