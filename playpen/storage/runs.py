@@ -12,7 +12,8 @@ from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.storage.folders import make_folder
-from playpen.storage.names import NAME_RULE, absolute_location, check_name, is_safe_name, not_a_link, path_under
+from playpen.storage.names import (NAME_RULE, absolute_location, check_location, check_name, is_safe_name, not_a_link,
+                                   path_under)
 
 STORAGE_ENV = "PLAYPEN_STORAGE"
 DEFAULT_STORAGE = "runs"
@@ -22,7 +23,7 @@ CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")  # the Hugging Face Trainer's 
 def check_output_file(path: str | Path, what: str) -> Path:
     """An output file a user named (`-o out.jsonl`), checked before anything runs: a plain path (as
     `check_location`), not a symbolic link, not a folder, in a folder where a file can be created."""
-    path = not_a_link(absolute_location(str(path), what), what)
+    path = not_a_link(Path(check_location(str(path), what)).expanduser(), what)
     if path.is_dir():
         raise PlaypenError(f"{what} {path} is a folder; give a file, e.g. {what} {path / 'out.json'}")
     if why := unwritable(path.parent):
