@@ -17,6 +17,7 @@ import dataclasses
 import difflib
 import inspect
 import math
+import re
 import sys
 import types
 import typing
@@ -298,7 +299,21 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
     data: dict = {}
     for layer in layers:
         data = merge(data, renamed(layer, fields, where))
-    return build(cls, data, where, keys_help, sections)
+    try:
+        return build(cls, data, where, keys_help, sections)
+    except PlaypenError as e:
+        made_for = _made_for(path) if path and "unknown key" in str(e) else None
+        if made_for and made_for.split()[-1] not in keys_help:  # (another command's config: say so, not only the key)
+            raise PlaypenError(f"{e}; {path} is a config of `{made_for}` (its first line says so): give it to that "
+                               f"command, or a config of this one") from None
+        raise
+
+
+def _made_for(path: Path) -> str | None:
+    """The command a shipped-style config names on its first line (`# playpen train grpo --config ...`)."""
+    match = re.match(r"#\s*((?:python -m playpen\.submit|playpen(?: train| debate)?) [a-z_-]+)",
+                     read_text(path, "config").split("\n", 1)[0])
+    return match.group(1) if match else None
 
 
 def to_dict(obj: Any) -> Any:

@@ -187,20 +187,38 @@ def model_entries(cwd: Path | None = None, storage_root: Path | None = None,
     entries = _entries_from(custom, str(custom)) if os.path.exists(custom) else []
     packaged = _entries_from(PACKAGED_MODELS, "packaged")
     taken = {e.name for e in entries + packaged}
+    runs: dict[str, list[ModelEntry]] = {}  # a run's name → every run folder that spells it
+    AMBIGUOUS_RUN_NAMES.clear()
     for registry in run_registries(storage_root):
         try:
             found = _run_entry(registry)
         except PlaypenError as e:  # one broken run (anyone's, on shared storage) must not block every lookup
             _warn_once(f"playpen: warning: skipping a run's model registry: {e}")
             continue
-        for entry in found:  # a run never redefines a name defined elsewhere (`playpen-tiny`, `gpt-4o`, a run's)
+        for entry in found:  # a run never redefines a name defined elsewhere (`playpen-tiny`, `gpt-4o`)
             if entry.name in taken or entry.name in clemcore_names():
                 _warn_once(f"playpen: warning: {registry} registers {entry.name!r}, a name already defined "
                            f"elsewhere; skipped (that name keeps meaning the other model)")
                 continue
-            taken.add(entry.name)
-            entries.append(entry)
+            runs.setdefault(entry.name, []).append(entry)
+    for name, found in runs.items():
+        if len(found) > 1:  # `a-b/c` and `a/b-c` both spell `a-b-c`: which weights it means is not for playpen
+            AMBIGUOUS_RUN_NAMES[name] = sorted(str(Path(e.source).parent) for e in found)  # to guess
+            _warn_once(f"playpen: warning: {_ambiguous(name)}")
+        else:
+            entries.append(found[0])
     return entries + packaged + (clemcore_entries() if clemcore else [])
+
+
+# names that two run folders spell (`<experiment>-<run_id>`), with those folders: refused by name, not guessed
+AMBIGUOUS_RUN_NAMES: dict[str, list[str]] = {}
+
+
+def _ambiguous(name: str) -> str:
+    folders = AMBIGUOUS_RUN_NAMES[name]
+    return (f"model {name!r} is registered by {len(folders)} run folders ({' and '.join(folders)}), whose "
+            f"<experiment>-<run_id> spell the same name; give the run folder instead (e.g. playpen eval "
+            f"{folders[0]})")
 
 
 def _warn_once(message: str) -> None:
@@ -295,6 +313,8 @@ def resolve_model(name: str, cwd: Path | None = None, storage_root: Path | None 
                       f"using {target.name} ({target.spec.get('description', 'its offline fallback')})",
                       file=sys.stderr, flush=True)
             return {**_expand(target.spec), "resolved_from": name}
+    if name in AMBIGUOUS_RUN_NAMES:
+        raise PlaypenError(_ambiguous(name))
     names = sorted({e.name for e in entries})
     close = difflib.get_close_matches(name, names, n=3, cutoff=0.4)
     hint = f"did you mean {', '.join(close)}? " if close else ""

@@ -17,6 +17,8 @@ from playpen.errors import PlaypenError
 # sparse file, a log named by mistake), and reading it would take the machine's memory first.
 CONFIG_MAX_BYTES = 16 << 20  # configs, profiles, registries, key.json, state and marker files
 DATA_MAX_BYTES = 4 << 30  # training data, prompts, instances files, metrics.jsonl
+RECORD_MAX_BYTES = 256 << 20  # one episode's record file (interactions.json, instance.json, experiment.json):
+                              # far above a real episode's, while a scorer's parse takes about twice the bytes
 
 
 def read_bytes(path: str | Path, what: str, limit: int = CONFIG_MAX_BYTES) -> bytes:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from playpen.errors import PlaypenError
-from playpen.reading import DATA_MAX_BYTES
+from playpen.reading import RECORD_MAX_BYTES
 from playpen.storage import atomic_write_json, make_folder, read_json_or_none, slug_joined
 
 
@@ -87,7 +87,7 @@ def interactions_files(root: str | Path, finished: bool = False) -> list[Path]:
 def sidecar(path: Path, name: str, default=None):
     """An episode's other file (instance.json, scores.json) beside its interactions.json, parsed; `default` when it
     is missing or unreadable (clemcore writes bare NaN, which Python's json reads)."""
-    value = read_json_or_none(Path(path).parent / name, DATA_MAX_BYTES)  # (a FIFO planted there: absent)
+    value = read_json_or_none(Path(path).parent / name, RECORD_MAX_BYTES)  # (a FIFO planted there: absent)
     return default if value is None else value
 
 

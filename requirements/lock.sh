@@ -19,7 +19,7 @@ target=(--python-version 3.11 --python-platform x86_64-manylinux_2_28)
 # keeping the lock's current pins like the main resolution does, and appended to the lock.
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 cp requirements/lock.txt "$tmp/no-deps.txt" 2>/dev/null || true
-"$uv" pip compile pyproject.toml --extra dev "${target[@]}" \
+"$uv" pip compile pyproject.toml --extra dev --extra trackers "${target[@]}" \
     -o requirements/lock.txt "$@" >/dev/null  # uv also prints the lock; the file is what counts
 "$uv" pip compile requirements/no-deps.in --no-deps --no-header "${target[@]}" -o "$tmp/no-deps.txt" "$@" >/dev/null
 {

@@ -141,3 +141,52 @@ def test_a_games_own_episode_scores_are_averaged_where_logged():
     (summary,) = summarize(episodes).values()
     assert summary.own == {"Feedback Consistency": 0.8, "Guesses": 4.0}
     assert summary.to_dict()["own"] == summary.own
+
+
+def planted_records(results: Path, hostile: str) -> Path:
+    """One arithmetic episode of `mock` in clemcore's layout, with `hostile` (a FIFO at instance.json or
+    experiment.json, or an interactions.json above the records' size bound) planted in it."""
+    from playpen.reading import RECORD_MAX_BYTES
+
+    episode = results / "mock" / "arithmetic" / "0_easy" / "instance_00000"
+    episode.mkdir(parents=True)
+    files = {"interactions.json": episode / "interactions.json", "instance.json": episode / "instance.json",
+             "experiment.json": episode.parent / "experiment.json"}
+    for name, path in files.items():
+        if name == hostile == "interactions.json":
+            with path.open("wb") as f:  # sparse: no disk taken
+                f.truncate(RECORD_MAX_BYTES + 1)
+        elif name == hostile:
+            os.mkfifo(path)
+        else:
+            path.write_text(json.dumps({"name": "0_easy", "game_id": 0, "players": {}, "turns": []}))
+    return files[hostile]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("hostile", ["instance.json", "experiment.json", "interactions.json"])
+def test_rescoring_checks_every_file_clemcores_scorer_opens(tmp_path, capsys, hostile):
+    """A FIFO planted where clemcore's scorer opens an episode's file would hang its plain open(); a huge (sparse)
+    record would take the machine's memory: one line naming the file, and nothing scored or written."""
+    from tests.helpers import fails
+
+    results = tmp_path / "res"
+    planted = planted_records(results, hostile)
+    err = fails(capsys, ["eval", "mock", "--skip-gameplay", "-r", str(results)])
+    assert f"episode record {planted}" in err and "move that episode folder" in err, err
+    assert not list(results.rglob("scores.json")) and not (results / "mock.val.json").exists()
+
+
+def test_when_no_episode_finished_the_line_names_the_first_episodes_error(tmp_path, capsys):
+    """The cause (a prompt beyond the context window, ...) is in the one line, not only in clembench.log."""
+    from tests.helpers import fails
+
+    results = tmp_path / "res"
+    episode = planted_records(results, "experiment.json").parent / "instance_00000"
+    (episode.parent / "experiment.json").unlink()
+    (episode.parent / "experiment.json").write_text(json.dumps({"name": "0_easy"}))
+    (episode / "error.json").write_text(json.dumps({"message": "context window of 512 tokens exceeded\n(5000000 "
+                                                               "tokens before the reply)"}))
+    err = fails(capsys, ["eval", "mock", "--skip-gameplay", "-r", str(results)])
+    assert err == ("playpen: error: no episode of arithmetic finished (first error: context window of 512 tokens "
+                   f"exceeded (5000000 tokens before the reply)); see {results / 'clembench.log'}"), err

@@ -256,3 +256,27 @@ def test_keys_and_registries(capsys, stocked_cwd, case):
     argv, files, message = KEYS_AND_REGISTRIES[case]
     err = check_refused(capsys, stocked_cwd, argv, message.format(home=stocked_cwd), files)
     assert "sk-not-a-secret" not in err
+
+
+def test_a_name_two_run_folders_spell_is_refused_naming_both(root, capsys):
+    """`vic-exp/r1` and `vic/exp-r1` both spell `vic-exp-r1`: the newest registry must not win (a neighbour's
+    weights evaluated under the victim's name); the name is refused naming both folders, each folder still
+    stands for its own model."""
+    victim = run_folder(root, "vic-exp", "r1", entry("vic-exp-r1", "/victim/final"))
+    neighbour = run_folder(root, "vic", "exp-r1", entry("vic-exp-r1", "/neighbour/final"))
+    with pytest.raises(PlaypenError, match="registered by 2 run folders") as refusal:
+        resolve_model("vic-exp-r1")
+    assert str(victim) in str(refusal.value) and str(neighbour) in str(refusal.value)
+    assert "vic-exp-r1" not in [e.name for e in model_entries()]
+    assert resolve_model(str(victim))["huggingface_id"] == "/victim/final"
+    assert "whose <experiment>-<run_id> spell the same name" in capsys.readouterr().err
+
+
+def test_a_new_run_whose_name_another_run_folder_spells_is_refused(root):
+    from playpen.storage import RunDir
+
+    existing = run_folder(root, "vic-exp", "r1", entry("vic-exp-r1"))
+    with pytest.raises(PlaypenError, match=f"which run folder {existing} spells too"):
+        RunDir.for_experiment(root, "vic", "exp-r1").create()
+    assert not (root / "vic").exists()
+    RunDir.for_experiment(root, "vic-exp", "r1").create()  # the run itself resumes

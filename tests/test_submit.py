@@ -111,6 +111,12 @@ def test_a_job_inherits_an_allow_list_of_variables():
                                                                    "PATH", "SLURM_CONF"]
     kept = job_submission_env(shell, ClusterProfile(env_keep=["OPENAI_API_KEY", "MY_SERVICE"]))
     assert {"OPENAI_API_KEY", "MY_SERVICE"} <= set(kept) and "SSHPASS" not in kept
+    # allow-listed prefixes with a secret in the name without a `_` boundary, or in the value
+    secrets = {"HF_AUTHTOKEN": "x", "HF_HUB_APITOKEN": "x", "PYTHONSECRET": "x", "PLAYPEN_DB_URL": "postgres://u:pw@h",
+               "HF_SIGNED_URL": "https://h/f?sig=abc", "PLAYPEN_MIRROR": "https://u:pw@h/simple",
+               "TORCH_HOME": "https://h/f?X-Amz-Signature=1"}
+    plain = {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_CACHE": "/hf/hub", "PLAYPEN_HOME": "/scratch/playpen"}
+    assert job_submission_env({**secrets, **plain}, ClusterProfile()) == plain
 
 
 def test_a_cut_off_submission_record_is_one_line(tmp_path, capsys):
@@ -374,3 +380,32 @@ def test_meter_runs_as_a_job(tmp_path):
     bad = submit_cli("meter", "--executor", "local", f"storage_root={tmp_path / 'runs'}", "sampels=2", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("playpen: error: ")
     assert "unknown key 'sampels'" in bad.stderr and len(list((tmp_path / "runs" / "meter").iterdir())) == 1
+
+
+def test_a_planted_submission_record_naming_another_process_is_no_running_job(tmp_path, capsys):
+    """A submissions.json planted in a (predictable) run folder naming pid 1: the pid is not a playpen job of this
+    user, so a real submission is not refused and `status` does not call it RUNNING; this user's own controller
+    for that job folder still is."""
+    import subprocess
+    import sys
+
+    from playpen.submit import plan, watch
+
+    folder = tmp_path / "logs" / "submitit" / "1"
+    folder.mkdir(parents=True)
+    record = {"kind": "train", "what": "sft", "executor": "local", "profile": "local", "job_ids": ["1"],
+              "folder": str(folder), "directory": str(tmp_path), "tasks": 1, "max_requeues": 0}
+    (tmp_path / "logs" / "submissions.json").write_text(json.dumps([record]))
+    assert watch.job_states(watch.load_submissions(tmp_path)[-1]) == {"1": ("ENDED_WITHOUT_RESULT", "localhost")}
+    plan.refuse_concurrent(tmp_path)  # (no "already has job 1 RUNNING")
+    assert "job 1: RUNNING" not in watch.render_status(tmp_path)
+
+    controller = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "submitit.local._local",
+                                   str(folder)])
+    try:
+        record["job_ids"] = [str(controller.pid)]
+        (tmp_path / "logs" / "submissions.json").write_text(json.dumps([record]))
+        assert watch.local_state(watch.load_submissions(tmp_path)[-1], str(controller.pid)) == "RUNNING"
+    finally:
+        controller.kill()
+        controller.wait()

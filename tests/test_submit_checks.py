@@ -70,6 +70,28 @@ JOBS = {  # name: (argv, files, what the line says)
     "eval job: partner without key": (SUBMIT_EVAL,
                                       {"e.yaml": "model: playpen-tiny\npartner: gpt-4o-mini\ngames: [taboo]\n"},
                                       "partner 'gpt-4o-mini' uses the remote backend 'openai' but key.json has no"),
+    # values that reach the job script where the container runtime or sbatch reads options
+    "profile image an option": (SUBMIT + ["--cluster", "p.yaml"],
+                                {"p.yaml": profile() + "container:\n  image: --bind=/:/host\n"},
+                                "container.image: '--bind=/:/host' starts with '-'"),
+    "profile python an option": (SUBMIT + ["--cluster", "p.yaml"],
+                                 {"p.yaml": profile() + "container:\n  image: x.sif\n  python: -c\n"},
+                                 "container.python: '-c' starts with '-'"),
+    "--container an option": (SUBMIT + ["--container=-B/:/host"], {}, "--container: '-B/:/host' starts with '-'"),
+    "profile sbatch key in capitals": (SUBMIT + ["--cluster", "p.yaml"],
+                                       {"p.yaml": profile() + "sbatch:\n  Partition: other\n"},
+                                       "'Partition' is not an sbatch option name (a lowercase word"),
+    "profile env sets the storage": (SUBMIT + ["--cluster", "p.yaml"],
+                                     {"p.yaml": profile() + "env:\n  PLAYPEN_STORAGE: /elsewhere\n"},
+                                     "env: PLAYPEN_STORAGE is set by playpen in every job; use storage_root:"),
+    "profile signal after the start": (SUBMIT + ["--cluster", "p.yaml"], {"p.yaml": profile(signal_delay_s=7200)},
+                                       "signal_delay_s 7200 is not below the job's time limit (60 min = 3600 s)"),
+    "eval job: a mapping with an unsafe model_name": (
+        SUBMIT_EVAL, {"e.yaml": "model: {model_name: ../../x, backend: mock}\n"},
+        "model name '../../x' cannot name a results folder"),
+    "eval job: results_dir a name too long": (
+        SUBMIT_EVAL, {"e.yaml": f"model: playpen-tiny\nresults_dir: {'r' * 300}\n"},
+        "has a name of 300 bytes, above the 255 a file system allows"),
 }
 
 
@@ -90,3 +112,41 @@ def test_dry_run_with_a_missing_image_warns_and_prints_the_script(capsys, stocke
                            "(build it with `make image`, or pass --container none)")
     assert "#SBATCH" in out and "/missing.sif" in out
     assert snapshot(stocked_cwd) == before
+
+
+def test_an_eval_job_of_a_model_mapping_is_submittable(capsys, stocked_cwd):
+    """`model:` as a ModelSpec mapping (evaluate's documented form) names the default results folder by its
+    model_name."""
+    (stocked_cwd / "e.yaml").write_text("model: {model_name: my-mock, backend: mock}\ngames: [taboo]\n")
+    capsys.readouterr()
+    assert main(SUBMIT_EVAL) == 0
+    assert "/eval/my-mock-" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("where", ["cwd", "home"])
+def test_the_working_directory_and_home_are_checked_as_the_job_script_gets_them(capsys, tmp_path, monkeypatch,
+                                                                                where):
+    """A relative results_dir gets the working directory in front, `~` gets $HOME: a newline or a % there would
+    become a line of the job script (or an sbatch pattern). Refused naming the expanded value; the script is
+    never printed."""
+    folder = tmp_path / "c\n%x"
+    folder.mkdir()
+    (folder / "e.yaml").write_text(f"model: playpen-tiny\nresults_dir: {'res' if where == 'cwd' else '~/res'}\n")
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("HOME", str(folder))
+    monkeypatch.setenv("PLAYPEN_STORAGE", str(tmp_path / "runs"))  # (./runs would be refused first)
+    capsys.readouterr()
+    assert main(["submit", "eval", "--config", str(folder / "e.yaml"), "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    assert "results_dir: path" in err and "with ~ and the working directory filled in" in err, err
+    assert "#SBATCH" not in out and not (folder / "res").exists()
+
+
+def test_an_image_under_home_reaches_the_script_as_the_submission_checked_it(capsys, stocked_cwd):
+    home = stocked_cwd.parent / "user"
+    home.mkdir(exist_ok=True)
+    (home / "p.sif").write_bytes(b"image")
+    capsys.readouterr()
+    assert main(["submit", "sft", "--config", "sft.yaml", "--container", "~/p.sif", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f" {home / 'p.sif'} python" in out and "~/p.sif" not in out, out

@@ -15,6 +15,7 @@ from playpen.submit import jobs, plan, render, send, watch
 from playpen.submit.cli import main
 from playpen.submit.jobs import TaskInfo
 from playpen.submit.profiles import load_profile
+from playpen.train.checkpoints import complete_checkpoints
 from tests.devcluster import wait_until
 from tests.helpers import assert_clean, printed, submit_cli, submit_probe, write_sft_config
 
@@ -100,8 +101,9 @@ DDP = {"rows": 32, "batch": 4, "steps": 6}
 @pytest.mark.slow
 def test_preempted_job_requeues_and_resumes_to_the_same_run(launched):
     run = launched["preempted"]
-    wait_until(lambda: list(run.run_dir.glob("checkpoints/checkpoint-*/trainer_state.json")), 240,
-               "a first checkpoint")
+    # a complete checkpoint, as the resumed job judges it: a USR2 while the first one is still being saved would
+    # rightly leave it skipped, and the job would train from step 0
+    wait_until(lambda: complete_checkpoints(run.run_dir / "checkpoints"), 240, "a first complete checkpoint")
     sh("scancel", "--signal=USR2", run.job_id)
     sub = watch.load_submissions(run.run_dir)[-1]
     final = wait_until(lambda: (s := watch.job_states(sub)[run.job_id][0]) in ("COMPLETED", "FAILED") and s,

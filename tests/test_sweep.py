@@ -68,7 +68,7 @@ def test_failed_cells_rerun_alone_and_aggregate_completes(tiny, tmp_path, monkey
     assert again["ran"] == ["tiny-a/wordle"] and not again["failed"] and again["aggregate"]["complete"]
 
 
-def test_dead_job_counts_as_failed_and_changed_settings_rerun(tiny, tmp_path, monkeypatch):
+def test_dead_job_counts_as_failed_and_changed_settings_rerun(tiny, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     write_tiny_ab_registry(tmp_path, broken=False)
     path = write_sweep(tmp_path, models=["tiny-a"], games=["arithmetic"])
@@ -79,7 +79,13 @@ def test_dead_job_counts_as_failed_and_changed_settings_rerun(tiny, tmp_path, mo
     state_file.write_text(json.dumps({"state": "running", "host": "node7", "job": "123",
                                       "heartbeat": time.time(), "fingerprint": cell.fingerprint()}))
     assert cell_state(sweep.dir, cell)["state"] == "running"
-    assert sweep.pending_cells() == []  # a live cell is not submitted twice
+    assert sweep.pending_cells() == []  # a live cell is not submitted twice, and not called done
+    from playpen.cli import main
+
+    capsys.readouterr()
+    assert main(["submit", "sweep", "--config", str(path), "--executor", "local"]) == 0
+    out = capsys.readouterr().out
+    assert "0 of 1 cells are done and 1 still running" in out and "cells are done;" not in out, out
     state_file.write_text(json.dumps({"state": "running", "host": "node7", "heartbeat": time.time() - 3600}))
     st = cell_state(sweep.dir, cell)
     assert st["state"] == "failed" and "heartbeat" in st["error"]

@@ -52,7 +52,8 @@ def test_a_tracker_whose_package_is_missing_is_one_line(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb is not installed (not in the lock)")
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is None,
+                    reason="wandb is not installed (the lock has it: make setup)")
 def test_wandb_offline_writes_its_run_folder_into_the_run_folder(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")  # the profile says the nodes are offline

@@ -44,6 +44,11 @@ TRAIN_VALUES = {  # name: (argv, what the line says)
                                  "partner_seats must be seat numbers of debate (0..2)"),
     "instances -3 (DPO)": (DPO + ["instances=-3"], "instances: must be at least 1, got -3"),
     "iterations 0 (DPO)": (DPO + ["iterations=0"], "iterations: must be at least 1, got 0"),
+    "iterations 10^12 (DPO)": (DPO + ["iterations=1000000000000"], "iterations: must be at most 1000, got"),
+    "rounds 10^12 (RFT)": (["train", "rft", "experiment=x", "game=wordle", "storage_root=runs",
+                            "rounds=1000000000000"], "rounds: must be at most 1000, got 1000000000000"),
+    "rounds 10^12 (distill)": (["train", "distill", "experiment=x", "game=wordle", "storage_root=runs",
+                                "rounds=1000000000000"], "rounds: must be at most 1000, got 1000000000000"),
     "validation_every -2": (GRPO + ["validation_every=-2"], "validation_every: must be at least 0, got -2"),
     "validation_temperature -0.5": (GRPO + ["validation_temperature=-0.5"],
                                     "validation_temperature: must be at least 0, got -0.5"),
@@ -85,6 +90,13 @@ TRAINER_VALUES = {
                                                    "out to train num_train_epochs epochs instead)"),
     "max_steps -1 (one epoch)": (SFT + ["trainer.max_steps=-1"], "trainer.max_steps: must be at least 1, got -1"),
     "max_steps abc": (SFT + ["trainer.max_steps=abc"], "trainer.max_steps: expected int, got 'abc'"),
+    "max_steps 10^26": (SFT + ["trainer.max_steps=100000000000000000000000000"],
+                        "trainer.max_steps: must be at most 10000000, got 100000000000000000000000000"),
+    # PEFT's `lora:` values: NaN would reach adapter_config.json, inf a torch TypeError
+    "lora_dropout nan": (SFT + ["lora.lora_dropout=.nan"], "lora.lora_dropout: must be a finite number"),
+    "lora r inf": (SFT + ["lora.r=.inf"], "lora.r: expected int, got inf"),
+    "lora r 0": (SFT + ["lora.r=0"], "lora.r: must be at least 1, got 0 (the adapter's rank)"),
+    "lora_alpha -8": (SFT + ["lora.lora_alpha=-8"], "lora.lora_alpha: must be greater than 0, got -8"),
     "gradient_accumulation_steps 0": (SFT + ["trainer.gradient_accumulation_steps=0"],
                                       "trainer.gradient_accumulation_steps: must be at least 1"),
     "num_train_epochs 0": (SFT + ["trainer.num_train_epochs=0"], "trainer.num_train_epochs: must be greater than 0"),
@@ -112,3 +124,9 @@ TRAINER_VALUES = {
 @pytest.mark.parametrize("case", TRAINER_VALUES)
 def test_trainer_values(capsys, stocked_cwd, case):
     check_refused(capsys, stocked_cwd, *TRAINER_VALUES[case])
+
+
+def test_another_methods_config_is_named_as_such(capsys, stocked_cwd):
+    err = check_refused(capsys, stocked_cwd, ["train", "sft", "--config", "grpo/demo"], "unknown key 'game'")
+    assert err.endswith("grpo/demo.yaml is a config of `playpen train grpo` (its first line says so): give it to "
+                        "that command, or a config of this one"), err

@@ -206,6 +206,8 @@ def test_ctrl_c_says_which_checkpoint_the_rerun_resumes_from(clean_cwd):
     import signal
     import time
 
+    from playpen.train.checkpoints import complete_checkpoints
+
     argv = [sys.executable, "-m", "playpen.cli", "train", "grpo", "storage_root=runs", "experiment=int",
             "run_id=r1", "game=arithmetic", "instances=2", "group_size=2", "max_new_tokens=8",
             "trainer.per_device_train_batch_size=2", "trainer.max_steps=400", "trainer.save_steps=1",
@@ -217,10 +219,10 @@ def test_ctrl_c_says_which_checkpoint_the_rerun_resumes_from(clean_cwd):
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         checkpoints = clean_cwd / "runs" / "int" / "r1" / "checkpoints"
         deadline = time.monotonic() + 600
-        while not list(checkpoints.glob("checkpoint-*/playpen_state.json")) and time.monotonic() < deadline:
+        while not complete_checkpoints(checkpoints) and time.monotonic() < deadline:
             assert proc.poll() is None, (clean_cwd / "err.log").read_text()[-2000:]
             time.sleep(0.2)
-        assert list(checkpoints.glob("checkpoint-*")), "no checkpoint within 600 s: " + \
+        assert complete_checkpoints(checkpoints), "no complete checkpoint within 600 s: " + \
             (clean_cwd / "err.log").read_text()[-2000:]
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=120)

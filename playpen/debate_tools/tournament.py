@@ -25,9 +25,9 @@ from playpen.config import documented
 from playpen.debate_tools.recorded_episodes import ADVOCATES, GAMES, Episode, episodes_under, mean
 from playpen.defaults import BATCH_SIZE, EVAL_BOUNDS, EVAL_HELP, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
-from playpen.storage import (Location, Name, atomic_write_json, atomic_write_text, exclusive_folder, make_folder,
-                             path_under, private_folder, read_json_or_none, remove_abandoned, replace_folder,
-                             slug_joined, write_figure)
+from playpen.storage import (Location, Name, absolute_location, atomic_write_json, atomic_write_text,
+                             exclusive_folder, make_folder, path_under, private_folder, read_json_or_none,
+                             remove_abandoned, replace_folder, slug_joined, write_figure)
 
 KEYS_HELP = "every key: `playpen submit tournament --help`"  # (the keys of `playpen debate tournament` too)
 PROGRAMMATIC = "programmatic"  # the expert advocate in an advocate's seat, the programmatic judge in the judge's
@@ -133,7 +133,7 @@ def _model(name: str, cache: dict, cfg: TournamentConfig):
 
 
 def tournament_dir(cfg: TournamentConfig) -> Path:
-    return path_under(Path(cfg.output_dir).expanduser().absolute(), cfg.name, what="tournament folder")
+    return path_under(absolute_location(cfg.output_dir, "output_dir"), cfg.name, what="tournament folder")
 
 
 def _instances(cfg: TournamentConfig):

@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from playpen.reading import DATA_MAX_BYTES, read_bytes
+from playpen.reading import RECORD_MAX_BYTES, check_regular_file, read_bytes
 from playpen.defaults import BATCH_SIZE, MAX_NEW_TOKENS, TEMPERATURE
 from playpen.errors import PlaypenError
 from playpen.eval.clemlog import clemcore_log, library_bars
@@ -34,7 +34,7 @@ from playpen.games.instances import instances_file, load_benchmark, read_instanc
 from playpen.games.registry import SUITES, GameEntry, game_entries, resolve_game, select_games
 from playpen.models import service
 from playpen.eval.partners import pair_games, resolve_partner, results_folder, select_experiments
-from playpen.records import interactions_files
+from playpen.records import ERROR, EXPERIMENT, INSTANCE, interactions_files
 from playpen.storage import (atomic_write_bytes, atomic_write_json, check_location, exclusive_folder, not_a_link,
                              path_under, private_folder, publish, read_json_or_none, remove_abandoned, replace_folder,
                              timestamp)
@@ -192,11 +192,12 @@ def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int
 def score_game(entry: GameEntry, game_dir: Path, verbose: bool = False) -> int:
     """(Re)score every episode under `game_dir` with the game's clemcore scorer; returns episodes scored. The game
     is loaded once per process (`load_benchmark`), for playing and scoring alike."""
-    for stale in game_dir.rglob("scores.json"):
-        stale.unlink()
     # episodes that broke off with an error (error.json from the rollout engine) are not scored: like clemcore's
     # runner, which records no episode that raised, they count as missing, not as played or aborted
     interactions = interactions_files(game_dir, finished=True)
+    check_episode_files(interactions)
+    for stale in game_dir.rglob("scores.json"):
+        stale.unlink()
     if interactions:
         # clemcore writes each scores.json by name (open "w"), which would follow a link planted there: it scores
         # a private copy of the records, and each scores.json is then written into place (a link is replaced)
@@ -221,10 +222,10 @@ def _private_records(game_dir: Path, interactions: list[Path], private: Path) ->
     for path in interactions:
         episode = path.parent.relative_to(game_dir)
         try:
-            files = {episode / name: read_bytes(game_dir / episode / name, "record file", DATA_MAX_BYTES)
+            files = {episode / name: read_bytes(game_dir / episode / name, "record file", RECORD_MAX_BYTES)
                      for name in (path.name, "instance.json")}
             files[episode.parent / "experiment.json"] = read_bytes(game_dir / episode.parent / "experiment.json",
-                                                                   "record file", DATA_MAX_BYTES)
+                                                                   "record file", RECORD_MAX_BYTES)
         except PlaypenError as e:
             print(f"playpen: warning: {e}; that episode is not scored", file=sys.stderr, flush=True)
             continue
@@ -233,6 +234,19 @@ def _private_records(game_dir: Path, interactions: list[Path], private: Path) ->
             (private / relative).write_bytes(data)
         copies.append(private / episode / path.name)
     return copies
+
+
+def check_episode_files(interactions: list[Path]) -> None:
+    """The files clemcore's scorer opens by name for each episode (interactions.json, the instance.json beside it,
+    the experiment.json above it) are regular files within the records' size bound, checked before it opens them:
+    a FIFO planted there would hang its plain open() and a huge sparse file take the machine's memory."""
+    for path in interactions:
+        for file in (path, path.parent / INSTANCE, path.parent.parent / EXPERIMENT):
+            try:
+                check_regular_file(file, "episode record", RECORD_MAX_BYTES)
+            except PlaypenError as e:
+                raise PlaypenError(f"{e} (clemcore's scorer reads it); move that episode folder "
+                                   f"{path.parent} away to score the others") from None
 
 
 def write_clem_tables(results_dir: Path) -> None:
@@ -465,8 +479,13 @@ def _score_games(entries: list, results: Path, folder: str, log, verbose: bool, 
         if not scored:
             empty.append(entry.name)
     if len(empty) == len(entries):  # nothing to score: a val.json or tables now would only mislead
-        # why each episode broke is in clemcore's log, where the rollout engine's warnings go too
-        raise PlaypenError(f"no episode of {', '.join(empty)} finished; see {log_file}")
+        # why each episode broke is in clemcore's log, where the rollout engine's warnings go too; the first
+        # episode's own error (the context window exceeded, ...) is the likely cause of all
+        why = next((error for entry in entries
+                    if (error := first_episode_error(path_under(results, folder, entry.name, what="game folder")))),
+                   None)
+        raise PlaypenError(f"no episode of {', '.join(empty)} finished" + (f" (first error: {why})" if why else "")
+                           + f"; see {log_file}")
     if kept:
         _stderr(f"[eval] WARNING: no episode of {', '.join(kept)} finished this time (see {log_file}); their "
                 f"earlier records in {results} were kept and are scored")
@@ -474,6 +493,15 @@ def _score_games(entries: list, results: Path, folder: str, log, verbose: bool, 
         _stderr(f"[eval] WARNING: no episode of {', '.join(empty)} finished (see {log_file}); "
                 f"these games are missing from clemscore/statscore")
     return empty
+
+
+def first_episode_error(game_dir: Path) -> str | None:
+    """The message of the first episode under `game_dir` that broke off (the rollout engine's error.json)."""
+    for path in interactions_files(game_dir) if game_dir.is_dir() else []:
+        error = read_json_or_none(path.parent / ERROR)
+        if isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"].strip():
+            return " ".join(error["message"].split())[:300]
+    return None
 
 
 def format_val(val: dict) -> str:

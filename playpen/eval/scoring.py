@@ -24,7 +24,7 @@ import numpy as np
 
 from playpen.errors import PlaypenError
 from playpen.games.scores import ABORTED, COMMON, LOSE, SUCCESS, main_score
-from playpen.reading import DATA_MAX_BYTES, read_json
+from playpen.reading import RECORD_MAX_BYTES, read_json
 from playpen.records import episode_location
 
 SCORES_FILE = "scores.json"
@@ -78,7 +78,7 @@ def _nanmean(values: Iterable[float]) -> float:
 
 def read_scores_file(path: str | Path) -> dict:
     """The episode-scores block of one scores.json (Python's json accepts clemcore's bare NaN)."""
-    data = read_json(path, "scores file", DATA_MAX_BYTES)
+    data = read_json(path, "scores file", RECORD_MAX_BYTES)
     if not isinstance(data, dict) or not isinstance(data.get("episode scores"), dict):
         raise PlaypenError(f"{path}: no 'episode scores' mapping (not a clemcore scores.json); remove it")
     return data["episode scores"]

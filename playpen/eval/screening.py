@@ -22,6 +22,9 @@ from playpen.defaults import OldSpelling, add_max_new_tokens
 from playpen.errors import PlaypenError
 
 
+MAX_SAMPLES = 1024  # episodes per instance: a pass rate finer than 1/1024 tells a GRPO group nothing more
+
+
 def pass_rates(episodes) -> dict[tuple[str, object], list[bool]]:
     """(experiment, game_id) → the Success of each of its episodes."""
     rates: dict[tuple[str, object], list[bool]] = defaultdict(list)
@@ -54,6 +57,14 @@ def screen(model: str, game: str, output: str | Path, split: str = "train", samp
     from playpen.models.service import load_frozen, resolve_local
     from playpen.rollout import LocalPolicy
 
+    from playpen.config import Bounds
+    from playpen.defaults import EVAL_BOUNDS
+
+    for flag, value, bounds in (("-k/--samples", samples, Bounds(le=MAX_SAMPLES)), ("--instances", instances,
+                                EVAL_BOUNDS["instances"]), ("-L/--max-new-tokens", max_new_tokens,
+                                EVAL_BOUNDS["max_new_tokens"]), ("-b/--batch-size", batch_size,
+                                EVAL_BOUNDS["batch_size"]), ("--seed", seed, EVAL_BOUNDS["seed"])):
+        bounds.check(value, flag)  # (before k × instances episodes are planned: 10^9 fills the memory)
     if samples < 2 or temperature <= 0:
         raise PlaypenError(f"screening needs at least 2 samples at a temperature > 0 (got -k {samples}, "
                            f"-T {temperature}): one greedy play has no pass rate between 0 and 1")

@@ -31,8 +31,9 @@ from playpen.errors import PlaypenError
 from playpen.eval.cells import (CELLS_DIR, RESULT_FILE, STATE_FILE, STATES, SWEEP_FILE, Cell,  # noqa: F401
                                 _read, cell_state, headline, run_cell)
 from playpen.defaults import BATCH_SIZE, EVAL_BOUNDS, EVAL_HELP, MAX_NEW_TOKENS, TEMPERATURE
-from playpen.storage import (DEFAULT_STORAGE, STORAGE_ENV, Location, Name, atomic_write_json, check_name,
-                             checkpoint_step, checkpoints_in, make_folder, not_a_link, path_under, slug, slug_joined)
+from playpen.storage import (DEFAULT_STORAGE, STORAGE_ENV, Location, Name, absolute_location, atomic_write_json,
+                             check_name, checkpoint_step, checkpoints_in, make_folder, not_a_link, path_under, slug,
+                             slug_joined)
 
 
 # ---------------------------------------------------------------- the YAML file
@@ -326,10 +327,10 @@ def _meter_cells(config: SweepConfig, where: str, models: list[dict], keys: set)
 
 def _sweep_dir(config: SweepConfig, where: str, storage_root: str | Path | None) -> Path:
     if config.output_dir:
-        sweep_dir = not_a_link(Path(config.output_dir).expanduser().absolute(), f"{where}: output_dir")
+        sweep_dir = not_a_link(absolute_location(config.output_dir, f"{where}: output_dir"), f"{where}: output_dir")
     else:
         root = str(config.storage_root or storage_root or os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE)
-        sweep_dir = path_under(Path(root).expanduser().absolute(), "sweeps", config.name, what="sweep folder")
+        sweep_dir = path_under(absolute_location(root, "storage_root"), "sweeps", config.name, what="sweep folder")
     if sweep_dir.exists() and not (sweep_dir / SWEEP_FILE).is_file():
         other = [p.name for p in sweep_dir.iterdir() if p.name != "logs"] if sweep_dir.is_dir() else ["(a file)"]
         if other:

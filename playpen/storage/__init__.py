@@ -26,8 +26,8 @@ from playpen.storage.folders import (check_own_output, close_to_others, current_
                                      staging_folder)
 from playpen.storage.locks import LOCK_FILE, exclusive_folder, private_folder, remove_abandoned
 from playpen.storage.names import (LINK_ADVICE, NAME, NAME_MAX, NAME_RULE, UNSAFE_IN_PATH, Location, Name,
-                                   check_location, check_name, inside, is_safe_name, not_a_link, path_under, slug,
-                                   slug_joined)
+                                   absolute_location, check_location, check_name, inside, is_safe_name, not_a_link,
+                                   path_under, slug, slug_joined)
 from playpen.storage.runs import (CHECKPOINT_NAME, DEFAULT_STORAGE, STORAGE_ENV, RunDir, check_output_file,
                                   checkpoint_step, checkpoints_in, is_run_dir, new_run_id, resolve_storage_root,
                                   timestamp, unwritable)
@@ -38,7 +38,8 @@ __all__ = [
     "read_text_lossy", "storage_full", "write_figure", "write_output", "check_own_output", "close_to_others",
     "current_umask", "make_folder", "make_private_folder", "move_tree", "remove_tree", "replace_folder",
     "share_as_umask", "staging_folder", "LOCK_FILE", "exclusive_folder", "private_folder", "remove_abandoned",
-    "LINK_ADVICE", "NAME", "NAME_MAX", "NAME_RULE", "UNSAFE_IN_PATH", "Location", "Name", "check_location",
+    "LINK_ADVICE", "NAME", "NAME_MAX", "NAME_RULE", "UNSAFE_IN_PATH", "Location", "Name", "absolute_location",
+    "check_location",
     "check_name", "inside", "is_safe_name", "not_a_link", "path_under", "slug", "slug_joined", "CHECKPOINT_NAME",
     "DEFAULT_STORAGE", "STORAGE_ENV", "RunDir", "check_output_file", "checkpoint_step", "checkpoints_in",
     "is_run_dir", "new_run_id", "resolve_storage_root", "timestamp", "unwritable",

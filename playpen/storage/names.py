@@ -16,6 +16,7 @@ from playpen.errors import PlaypenError
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 NAME_MAX = 128
 NAME_RULE = f"letters, digits and . _ - (not first), at most {NAME_MAX} characters"
+PART_MAX_BYTES = 255  # one name in a path: the file systems' NAME_MAX
 UNSAFE_IN_PATH = re.compile(r"[\x00-\x1f\x7f'\"`$\\%]")  # control characters, quotes, $, `, \\, sbatch's %
 
 
@@ -57,7 +58,22 @@ def check_location(value: object, what: str) -> str:
     except UnicodeEncodeError:
         raise PlaypenError(f"{what}: path {value!r} holds bytes that are not UTF-8; rename it with UTF-8 "
                            f"characters only") from None
+    long = next((part for part in value.split("/") if len(part.encode("utf-8")) > PART_MAX_BYTES), None)
+    if long is not None:  # (the file system refuses it: an OSError far from where the name came from)
+        raise PlaypenError(f"{what}: path {value!r} has a name of {len(long.encode('utf-8'))} bytes, above the "
+                           f"{PART_MAX_BYTES} a file system allows; shorten it")
     return value
+
+
+def absolute_location(value: object, what: str) -> Path:
+    """`value` as a job or a later command gets it: `~` and the working directory filled in, then checked as
+    `check_location` checks the value itself (a newline in $HOME or in the working directory's name would
+    otherwise reach a job script as a line of its own)."""
+    path = Path(check_location(value, what)).expanduser().absolute()
+    try:
+        return Path(check_location(str(path), what))
+    except PlaypenError as e:
+        raise PlaypenError(f"{e} (it is {value!r} with ~ and the working directory filled in)") from None
 
 
 class Name(Checked):

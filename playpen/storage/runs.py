@@ -13,7 +13,8 @@ from pathlib import Path
 
 from playpen.errors import PlaypenError
 from playpen.storage.folders import close_to_others, make_folder
-from playpen.storage.names import NAME_RULE, check_location, check_name, is_safe_name, not_a_link, path_under
+from playpen.storage.names import (NAME_RULE, absolute_location, check_location, check_name, is_safe_name, not_a_link,
+                                   path_under)
 
 STORAGE_ENV = "PLAYPEN_STORAGE"
 DEFAULT_STORAGE = "runs"
@@ -42,8 +43,7 @@ def check_output_file(path: str | Path, what: str) -> Path:
 
 def resolve_storage_root(configured: str | Path | None = None) -> Path:
     """Config value, else $PLAYPEN_STORAGE, else ./runs; must be writable (checked before anything runs)."""
-    root = Path(check_location(str(configured or os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE),
-                               "storage_root")).expanduser().absolute()
+    root = absolute_location(str(configured or os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE), "storage_root")
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -145,12 +145,28 @@ class RunDir:
         """The run folder and its checkpoints/, records and logs, each this user's and closed to others' writes
         (`close_to_others`): the Trainer, TensorBoard and the trackers write files there by name (README.md,
         checkpoint-N, event files), and run ids are predictable, so nobody else may create a name in them."""
+        if not os.path.lexists(self.path):  # (a run that exists already keeps its name: it is resumed)
+            if other := self.same_model_name():
+                raise PlaypenError(f"run folder {self.path} would register the model {self.model_name!r}, which "
+                                   f"run folder {other} spells too (<experiment>-<run_id>); pick another run_id "
+                                   f"or experiment")
         make_folder(not_a_link(self.path, "run folder"), "run folder")
         for d in (self.checkpoints, self.records, self.logs):  # (old checkpoints are deleted in there)
             make_folder(d, "run folder", root=self.path)
         for d in (self.path, self.checkpoints, self.records, self.logs):
             close_to_others(d, "run folder")
         return self
+
+    def same_model_name(self) -> Path | None:
+        """Another run folder under the same root whose `<experiment>-<run_id>` is this run's model name
+        (`a-b/c` and `a/b-c`), if there is one."""
+        root, name = self.path.parent.parent, self.model_name
+        for cut in (i for i, char in enumerate(name) if char == "-"):
+            experiment, run_id = name[:cut], name[cut + 1:]
+            other = root / experiment / run_id
+            if is_safe_name(experiment) and is_safe_name(run_id) and other != self.path and is_run_dir(other):
+                return other
+        return None
 
     @classmethod
     def for_experiment(cls, storage_root: str | Path | None, experiment: str, run_id: str | None = None) -> "RunDir":

@@ -23,12 +23,12 @@ from typing import Any, Callable
 
 from playpen.config import config_file, find_config, load_config, packaged_configs
 from playpen.errors import PlaypenError
-from playpen.storage import (DEFAULT_STORAGE, STORAGE_ENV, RunDir, check_location, not_a_link, path_under,
+from playpen.storage import (DEFAULT_STORAGE, STORAGE_ENV, RunDir, absolute_location, not_a_link, path_under,
                              resolve_storage_root, slug, slug_joined, timestamp)
 from playpen.submit import jobs
 from playpen.submit.jobs import LOGS
 from playpen.submit.container import exec_prefix, find_runtime
-from playpen.submit.profiles import ClusterProfile, load_profile, parse_time_min, with_container
+from playpen.submit.profiles import CONTROL, ClusterProfile, load_profile, parse_time_min, with_container
 from playpen.submit.watch import ACTIVE_STATES, job_states, load_submissions
 from playpen.train import METHODS
 
@@ -99,8 +99,9 @@ def read_plan(args: argparse.Namespace) -> Plan | None:
     there is nothing to submit (a sweep or tournament whose cells are all done)."""
     command, dry_run = args.command, args.dry_run
     profile = with_container(load_profile(args.cluster), args.container)
-    if command == "doctor":
-        profile = replace(profile, time=min(profile.time_min, DOCTOR_TIME_MIN))
+    if command == "doctor":  # (the signal stays before the shorter end)
+        profile = replace(profile, time=min(profile.time_min, DOCTOR_TIME_MIN),
+                          signal_delay_s=min(profile.signal_delay_s, DOCTOR_TIME_MIN * 30))
     time_min = profile.time_min
     executor = (args.executor or "slurm") if dry_run else resolve_executor(args.executor)
     gpus = profile.gpus_per_node if args.gpus_per_node is None else args.gpus_per_node
@@ -126,6 +127,9 @@ def read_plan(args: argparse.Namespace) -> Plan | None:
         # the script may be meant for another machine, where the image is: print it, but say so
         print(f"playpen: warning: container image {profile.container.image} not found here; the script "
               f"names it (build it with `make image`, or pass --container none)", file=sys.stderr, flush=True)
+    # the folders as the job script gets them, whichever command read them (the job's logs go below directory)
+    for what, path in (("storage_root", read.storage_root), (f"{read.kind} folder", read.directory)):
+        absolute_location(str(path), what)
     # submitit's folder, fresh per submission (job ids, and a local job's pids, recur): made of checked parts
     # (a random part: a name nobody can guess and make first; send.make_job_folder makes it, 0700)
     folder = read.directory / LOGS / "submitit" / f"{timestamp()}-{os.getpid()}-{secrets.token_hex(4)}"
@@ -297,12 +301,16 @@ def container_python(profile: ClusterProfile, storage_root: Path, gpus: bool, lo
     c = profile.container
     if c.image is None:
         return None
+    image = os.path.expanduser(c.image)  # as the submission checked it (the script quotes it: no node expands ~)
+    if CONTROL.search(image):  # ($HOME's own characters)
+        raise PlaypenError(f"cluster profile {profile.name}: container.image {c.image!r} is {image!r} with ~ "
+                           f"filled in, which holds a control character; give the image's path")
     binds = list(dict.fromkeys([str(storage_root)] + ([profile.scratch] if profile.scratch else [])
                                + list(c.binds)))
     if local:
         binds = [os.path.expandvars(b) for b in binds]
     try:
-        return [*exec_prefix(c.image, binds, gpus, runtime=c.runtime), c.python]
+        return [*exec_prefix(image, binds, gpus, runtime=c.runtime), c.python]
     except ValueError as e:
         raise PlaypenError(f"cluster profile {profile.name}: container: {e}") from None
 
@@ -315,8 +323,7 @@ def storage_root_for(profile: ClusterProfile, configured: str | None, check: boo
     root = configured or profile.storage_root
     if check:
         return resolve_storage_root(root)
-    root = check_location(str(root or os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE), "storage_root")
-    return Path(root).expanduser().absolute()
+    return absolute_location(str(root or os.environ.get(STORAGE_ENV) or DEFAULT_STORAGE), "storage_root")
 
 
 def read_train(args: argparse.Namespace, profile: ClusterProfile, config: str, res: Resources) -> _Read:
@@ -348,11 +355,11 @@ def read_eval(args: argparse.Namespace, profile: ClusterProfile, config: str, re
         raise PlaypenError("eval runs on one node; drop --nodes (use a sweep to spread models over nodes)")
     from playpen.eval.partners import pair_games, resolve_partner
     from playpen.games.registry import select_games
-    from playpen.models.specs import resolve_eval_model
+    from playpen.models.specs import model_folder, resolve_eval_model
 
     spec = load_config(jobs.EvalSpec, config, list(args.overrides), keys_help="every key: `playpen submit eval --help`")
     try:  # the model and games now, as a sweep's are, not when the job starts
-        resolve_eval_model(spec.model)
+        model_folder(resolve_eval_model(spec.model))  # (a mapping's model_name names the results folder too)
         entries = select_games(spec.games, spec.suite)
         if spec.partner is not None:  # as `playpen eval MODEL PARTNER` and a sweep's partners: key.json, 2 seats
             pair_games(entries, resolve_partner(spec.partner), named=bool(spec.games))
@@ -360,8 +367,9 @@ def read_eval(args: argparse.Namespace, profile: ClusterProfile, config: str, re
         raise PlaypenError(f"{config}: {e}") from None
     root = storage_root_for(profile, spec.storage_root, check=not args.dry_run)
     # the pair in the default folder's name, as clem names the records inside (MODEL--PARTNER)
-    safe = slug_joined([Path(m).name for m in (spec.model, spec.partner) if m is not None], "--")
-    results = not_a_link(Path(spec.results_dir).expanduser().absolute(), "results_dir") if spec.results_dir else \
+    safe = slug_joined([m["model_name"] if isinstance(m, dict) else Path(m).name
+                        for m in (spec.model, spec.partner) if m is not None], "--")
+    results = not_a_link(absolute_location(spec.results_dir, "results_dir"), "results_dir") if spec.results_dir else \
         path_under(root, "eval", f"{safe}-{timestamp()}", what="results folder")
 
     job = jobs.EvalJob(spec, str(results), str(results / LOGS), profile.max_requeues,
@@ -382,7 +390,7 @@ def read_meter(args: argparse.Namespace, profile: ClusterProfile, config: str, r
     if settings.get("prompts") and prompts.is_file():
         settings["prompts"] = str(prompts.absolute())  # the job may start elsewhere
     safe = slug(Path(str(settings.get("model", ""))).name)
-    settings["output"] = str(Path(settings["output"]).expanduser().absolute()) if settings.get("output") else \
+    settings["output"] = str(absolute_location(str(settings["output"]), "output")) if settings.get("output") else \
         str(path_under(root, "meter", f"{safe}-{timestamp()}", what="meter folder"))
     check_inputs(parse_config(settings, config))  # prompts, models and the classifier: before anything is submitted
 
@@ -420,8 +428,11 @@ def read_sweep(args: argparse.Namespace, profile: ClusterProfile, config: str, r
     cells = sweep.cells if args.dry_run else sweep.pending_cells()
     if not cells:
         sweep_mod.aggregate(sweep.dir)
-        print(f"sweep {sweep.config.name}: all {len(sweep.cells)} cells are done; nothing submitted "
-              f"(aggregate refreshed in {sweep.dir})")
+        counts = sweep_mod.status(sweep.dir)["counts"]
+        state = f"all {len(sweep.cells)} cells are done" if not counts["running"] else \
+            f"{counts['done']} of {len(sweep.cells)} cells are done and {counts['running']} still running " \
+            f"(`playpen submit status {sweep.dir}`)"
+        print(f"sweep {sweep.config.name}: {state}; nothing submitted (aggregate refreshed in {sweep.dir})")
         return None
     workers = 1 if executor == "slurm" else max(1, min(profile.array_parallelism, len(cells)))
     array = [[c] for c in cells] if executor == "slurm" else [cells[i::workers] for i in range(workers)]
@@ -444,7 +455,7 @@ def read_tournament(args: argparse.Namespace, profile: ClusterProfile, config: s
     cfg = load_config(tournament.TournamentConfig, config, list(args.overrides), keys_help=tournament.KEYS_HELP)
     tournament.check(cfg, config)
     root = storage_root_for(profile, None, check=not args.dry_run)
-    cfg.output_dir = str(Path(cfg.output_dir).expanduser().absolute())  # jobs run in another working directory
+    cfg.output_dir = str(absolute_location(cfg.output_dir, "output_dir"))  # jobs run in another working directory
     folder = tournament.tournament_dir(cfg)
     seatings = [list(s) for s in (tournament.matches(cfg) if args.dry_run else tournament.pending_matches(cfg))]
     if not seatings:

@@ -25,7 +25,8 @@ SHELL_VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_
 VARIABLES_ONLY = "a value may use $NAME or ${NAME} and nothing else a shell evaluates ($(...), $((...)), " \
                  "${NAME:-...}, `...`); put commands in setup:"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-SBATCH_OPTION = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")  # an sbatch long option's name: one word, no `=`
+SBATCH_OPTION = re.compile(r"[a-z][a-z0-9_-]*")  # an sbatch long option's name: one lowercase word, no `=`
+RESERVED_ENV = {"PLAYPEN_STORAGE": "storage_root:"}  # variables playpen sets in every job: the profile key instead
 
 MAX_TIME_MIN = 365 * 24 * 60  # a year: above any partition's MaxTime
 
@@ -137,7 +138,21 @@ def load_profile(name: str | None = None) -> ClusterProfile:
                            f"got {profile.container.runtime!r}")
     _no_shell_in_values(profile, str(path))
     _sbatch_options(profile.sbatch, f"{path}: sbatch")
+    for key, value in (("container.image", profile.container.image), ("container.python", profile.container.python)):
+        _not_an_option(value, f"{path}: {key}")
+    if profile.signal_delay_s >= profile.time_min * 60:  # USR2 at the start: the job would requeue at once
+        raise PlaypenError(f"{path}: signal_delay_s {profile.signal_delay_s} is not below the job's time limit "
+                           f"({profile.time_min} min = {profile.time_min * 60} s); the signal comes that many seconds "
+                           f"before the end: give a few minutes, e.g. 120")
     return profile
+
+
+def _not_an_option(value: str | None, where: str) -> None:
+    """The image and the python go where apptainer reads its arguments: a value starting with `-` would be read as
+    one of its options (`--bind=/:/host`)."""
+    if value is not None and value.startswith("-"):
+        raise PlaypenError(f"{where}: {value!r} starts with '-', which the container runtime would read as an "
+                           f"option; give a path (./{value} for a file named so)")
 
 
 def check_variables_only(value: str, where: str) -> str:
@@ -155,6 +170,9 @@ def _no_shell_in_values(profile: ClusterProfile, where: str) -> None:
             if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
                 raise PlaypenError(f"{where}: {section}: {name!r} is not an environment variable name (letters, "
                                    f"digits and _, not starting with a digit)")
+            if name in RESERVED_ENV:  # (the job would write elsewhere than its plan, records and status say)
+                raise PlaypenError(f"{where}: {section}: {name} is set by playpen in every job; use "
+                                   f"{RESERVED_ENV[name]} in the profile instead")
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):
                 raise PlaypenError(f"{where}: {section}: {name}: expected a text or a number, got {value!r}")
             check_variables_only(str(value), f"{where}: {section}: {name}")
@@ -173,8 +191,8 @@ def _sbatch_options(options: dict, where: str) -> None:
     values one scalar each (null would be written as the word None)."""
     for key, value in options.items():
         if not isinstance(key, str) or not SBATCH_OPTION.fullmatch(key):
-            raise PlaypenError(f"{where}: {key!r} is not an sbatch option name (a word such as mail-type, "
-                               f"without '--', '=' or blanks)")
+            raise PlaypenError(f"{where}: {key!r} is not an sbatch option name (a lowercase word such as "
+                               f"mail-type, without '--', '=' or blanks)")
         if value is None or value is False:
             raise PlaypenError(f"{where}: {key}: {value!r} is not a value; give one (true for a flag) or remove "
                                f"the key")
@@ -201,4 +219,5 @@ def with_container(profile: ClusterProfile, image: str | None) -> ClusterProfile
     if CONTROL.search(image):  # it goes into the job script's srun line
         raise PlaypenError(f"--container {image!r} contains a control character (newline, tab, ...)")
     check_variables_only(image, "--container")
+    _not_an_option(image, "--container")
     return replace(profile, container=replace(profile.container, image=None if image == "none" else image))

@@ -32,7 +32,11 @@ INHERITED_ENV_PREFIXES = ("LC_", "XDG_", "PLAYPEN_", "HF_", "HUGGINGFACE_", "TRA
 # allowed name that still looks like a credential (HF_TOKEN, HUGGINGFACE_HUB_TOKEN)
 DROPPED_ENV_NAMES = ("CUDA_VISIBLE_DEVICES",)
 SECRET_PATTERN = re.compile(r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|PAT|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|KEY|"
-                            r"CREDENTIALS?|CREDS|AUTH)(?:_|$)", re.I)
+                            r"CREDENTIALS?|CREDS|AUTH)(?:_|$)"
+                            # long words anywhere in a name (HF_AUTHTOKEN, PYTHONSECRET), and URLs (PLAYPEN_DB_URL)
+                            r"|TOKEN(?!IZERS_PARALLELISM)|SECRET|PASSWORD|PASSWD|APIKEY|CREDENTIAL|AUTH|SIGN|_URL$|_DSN$",
+                            re.I)
+SECRET_VALUE = re.compile(r"://[^/@\s]*:[^/@\s]*@|[?&](?:sig|signature|token|key|x-amz-signature|auth)=", re.I)
 
 
 def make_job_folder(plan: Plan) -> Path:
@@ -76,7 +80,8 @@ def job_submission_env(environ: dict[str, str], profile: ClusterProfile) -> dict
         if name in keep:
             return True
         allowed = name in INHERITED_ENV_NAMES or name.startswith(INHERITED_ENV_PREFIXES)
-        return allowed and name not in DROPPED_ENV_NAMES and not SECRET_PATTERN.search(name)
+        return allowed and name not in DROPPED_ENV_NAMES and not SECRET_PATTERN.search(name) \
+            and not SECRET_VALUE.search(environ[name])  # (a password in a URL, a signed URL's signature)
 
     return {k: v for k, v in environ.items() if inherited(k)}
 

@@ -147,13 +147,32 @@ def local_state(sub: Submission, job_id: str) -> str:
     done = result_state(sub, job_id)
     if done:
         return done
-    try:
-        os.kill(int(job_id), 0)
-    except (ProcessLookupError, ValueError):
+    if not is_local_controller(job_id, sub.folder):
         return "ENDED_WITHOUT_RESULT"  # the controller is gone (cancelled or killed) and left no result
-    except PermissionError:
-        pass
     return "RUNNING"
+
+
+def is_local_controller(job_id: str, folder: str) -> bool:
+    """Whether pid `job_id` is a live submitit controller of this user for the job folder `folder`: a pid that
+    was reused, or one a planted submissions.json names (pid 1), is not this submission's job."""
+    try:
+        pid = int(job_id)
+        os.kill(pid, 0)
+    except (ProcessLookupError, ValueError, OverflowError):
+        return False
+    except PermissionError:  # another user's process
+        return False
+    proc = Path("/proc", str(pid))
+    if not proc.is_dir():  # (no /proc: the signal check above is all there is)
+        return True
+    try:
+        if proc.stat().st_uid != os.getuid():
+            return False
+        argv = [a.decode("utf-8", "replace") for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+    except OSError:  # it ended meanwhile
+        return False
+    # submitit's local controller: `python -m submitit.local._local <folder>`
+    return "submitit.local._local" in argv and os.path.realpath(argv[-1]) == os.path.realpath(folder)
 
 
 def job_states(sub: Submission) -> dict[str, tuple[str, str]]:

@@ -99,6 +99,17 @@ def _log_rank0(message: str) -> None:
         print(message, flush=True)
 
 
+def is_complete(checkpoint: Path) -> bool:
+    """The Trainer finished saving `checkpoint` and `ResumeState` marked it (STATE_FILE, written last and
+    atomically): only such a checkpoint is resumed from."""
+    return (Path(checkpoint) / STATE_FILE).is_file()
+
+
+def complete_checkpoints(folder: str | Path) -> list[Path]:
+    """The complete checkpoints in a run's checkpoints folder, oldest first."""
+    return [path for _, path in checkpoints_in(folder) if is_complete(path)]
+
+
 def find_resume_checkpoint(folder: Path, log=_log_rank0) -> Path | None:
     """The newest complete checkpoint (validated), or None for a fresh run. A link at the checkpoints folder is
     refused: what it points at is not this run's."""
@@ -107,7 +118,7 @@ def find_resume_checkpoint(folder: Path, log=_log_rank0) -> Path | None:
     if stray:  # the Trainer would fail to save (or rotate) a checkpoint of that name mid-run
         raise PlaypenError(f"{stray[0]} is a file, not a checkpoint folder; move it out of {folder} and rerun")
     for _, path in reversed(checkpoints_in(folder)):
-        if not (path / STATE_FILE).is_file():
+        if not is_complete(path):
             log(f"[playpen] skipping incomplete checkpoint {path} (no {STATE_FILE}: the job stopped while saving it)")
             continue
         validate_checkpoint(path)

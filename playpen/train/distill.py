@@ -29,6 +29,7 @@ from playpen.config import bounded, documented
 from playpen.errors import PlaypenError
 from playpen.models import service
 from playpen.train import game_play, rounds, sequences
+from playpen.train.rounds import MAX_ROUNDS
 from playpen.train.recipe import Session
 
 
@@ -41,7 +42,8 @@ class Config(game_play.GameConfig):
                                                            "the learner's tokenizer (GKD)")
     beta: float = bounded(1.0, ge=0, le=1, hint="GKD's beta: 1 reverse KL, 0 forward KL, between a JSD",
                           help="the divergence the learner's turns are trained on")
-    rounds: int = bounded(3, ge=1, help="play → grade → train rounds, each from the model the last one ended with")
+    rounds: int = bounded(3, ge=1, le=MAX_ROUNDS,
+                          help="play → grade → train rounds, each from the model the last one ended with")
     group_size: int = bounded(1, ge=1, help="episodes per instance per round")
     instances: int | None = bounded(32, ge=1, help="train instances played per round: the next ones of the split, "
                                                    "shuffled once with seed (null: all of them every round)")

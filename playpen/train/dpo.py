@@ -23,13 +23,14 @@ from playpen.errors import PlaypenError
 from playpen import training_data
 from playpen.train import game_play, rounds
 from playpen.train.checkpoints import load_state
+from playpen.train.rounds import MAX_ROUNDS
 from playpen.train.recipe import Recipe, Session
 
 
 @dataclass
 class Config(game_play.GameConfig):
     data: str | None = documented(None, help="static preference jsonl; or leave it out and set game:")
-    iterations: int = bounded(1, ge=1, help="rollout mode: rounds of play → pairs → DPO")
+    iterations: int = bounded(1, ge=1, le=MAX_ROUNDS, help="rollout mode: rounds of play → pairs → DPO")
     group_size: int = bounded(4, ge=2, hint="a preference pair compares two episodes of an instance",
                               help="branch factor: episodes per instance sharing a prefix")
     instances: int | None = bounded(16, ge=1, help="training instances played per round")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from playpen.config import bounded, documented
 from playpen.train import game_play, rounds, sequences
+from playpen.train.rounds import MAX_ROUNDS
 from playpen.train.recipe import Session
 
 
@@ -26,7 +27,8 @@ from playpen.train.recipe import Session
 class Config(game_play.GameConfig):
     """Keys of GameConfig and TrainConfig; `trainer:` takes trl.SFTConfig keys, max_steps per round."""
 
-    rounds: int = bounded(3, ge=1, help="play → keep → SFT rounds, each from the model the last one ended with")
+    rounds: int = bounded(3, ge=1, le=MAX_ROUNDS,
+                          help="play → keep → SFT rounds, each from the model the last one ended with")
     group_size: int = bounded(4, ge=1, help="episodes played per instance per round (K)")
     instances: int | None = bounded(32, ge=1, help="train instances played per round: the next ones of the split, "
                                                    "shuffled once with seed (null: all of them every round)")

@@ -27,6 +27,7 @@ from playpen.train.metrics import metrics_callback
 from playpen.train.recipe import Recipe, Session
 
 DONE = "round_done.json"
+MAX_ROUNDS = 1000  # rounds of play → train (rft, distill, iterative dpo), each a full play and training
 
 
 class RoundsRecipe(Recipe):

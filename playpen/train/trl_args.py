@@ -27,11 +27,12 @@ FORCED_FROM = {"num_generations": "group_size", "temperature": "temperature",
                "mask_truncated_completions": "mask_truncated (per learner reply, not per episode)"}
 # Ranges of TRL's numeric `trainer:` keys that TRL does not check itself: out of range, they fail deep inside
 # training (a DataLoader of batch size 0), or silently mean something else (max_steps -1: train by epochs).
+MAX_STEPS = 10_000_000  # optimizer steps of one run: years of the fastest step (a typo like 10**26 runs until killed)
 TRAINER_BOUNDS = {
     "learning_rate": Bounds(gt=0), "weight_decay": Bounds(ge=0), "max_grad_norm": Bounds(ge=0),
     "per_device_train_batch_size": Bounds(ge=1), "per_device_eval_batch_size": Bounds(ge=1),
     "gradient_accumulation_steps": Bounds(ge=1), "num_train_epochs": Bounds(gt=0),
-    "max_steps": Bounds(ge=1, hint="leave max_steps out to train num_train_epochs epochs instead"),
+    "max_steps": Bounds(ge=1, le=MAX_STEPS, hint="leave max_steps out to train num_train_epochs epochs instead"),
     "warmup_steps": Bounds(ge=0, hint="a count of steps, or below 1 a share of all steps"),
     "logging_steps": Bounds(gt=0), "save_steps": Bounds(gt=0), "eval_steps": Bounds(gt=0),
     "save_total_limit": Bounds(ge=1), "max_length": Bounds(ge=1), "max_prompt_length": Bounds(ge=1),
@@ -39,6 +40,10 @@ TRAINER_BOUNDS = {
     "steps_per_generation": Bounds(ge=1), "num_iterations": Bounds(ge=1),
     "beta": Bounds(ge=0, hint="the weight of the KL penalty to the reference model"),
 }
+
+# peft.LoraConfig's numeric keys, which it checks no further than their type (r=0 fails inside torch)
+LORA_BOUNDS = {"r": Bounds(ge=1, le=65536, hint="the adapter's rank"), "lora_alpha": Bounds(gt=0),
+               "lora_dropout": Bounds(ge=0, le=1)}
 
 
 def nested_sections(trl_config: str) -> dict:
@@ -62,20 +67,22 @@ def trainer_keys_help(cls) -> str:
     return f"trainer: takes the fields of trl.{cls.__name__}"
 
 
-def _typed_section(cls, section: dict, where: str) -> dict:
-    """`trainer:` values as the TRL field declares them: numbers and booleans are checked like playpen's own keys
-    (YAML's "1e-4" becomes 1e-4, "abc" for learning_rate is refused, no inf/nan) and against TRAINER_BOUNDS;
-    other kinds of values (strategies, lists, mappings) are left to TRL's own checks."""
+def _typed_section(cls, section: dict, where: str, name: str = "trainer", bounds: dict | None = None) -> dict:
+    """`trainer:` (or `lora:`) values as the library's field declares them: numbers and booleans are checked like
+    playpen's own keys (YAML's "1e-4" becomes 1e-4, "abc" for learning_rate is refused, no inf/nan) and against
+    `bounds` (TRAINER_BOUNDS); other kinds of values (strategies, lists, mappings) are left to the library's own
+    checks."""
     import typing
 
     hints = typing.get_type_hints(cls)
+    bounds = TRAINER_BOUNDS if bounds is None else bounds
     typed = {}
     for key, value in section.items():
         options = [t for t in typing.get_args(hints.get(key)) if t is not type(None)] or [hints.get(key)]
         if len(options) == 1 and options[0] in (int, float, bool) and value is not None:
-            value = coerce(value, options[0], f"{where}: trainer.{key}")
-        if key in TRAINER_BOUNDS and value is not None:
-            TRAINER_BOUNDS[key].check(value, f"{where}: trainer.{key}")
+            value = coerce(value, options[0], f"{where}: {name}.{key}")
+        if key in bounds and value is not None:
+            bounds[key].check(value, f"{where}: {name}.{key}")
         typed[key] = value
     return typed
 
@@ -117,6 +124,7 @@ def check_trainer(trl_config: str, section: dict, lora: dict | None, where: str,
     if lora is not None:
         check_keys(lora, {f.name for f in dataclasses.fields(LoraConfig) if f.init}, f"{where}: lora",
                    "lora: takes the fields of peft.LoraConfig")
+        _typed_section(LoraConfig, lora, where, "lora", LORA_BOUNDS)  # (NaN would reach adapter_config.json)
     with warnings.catch_warnings():  # (deprecation notes come again, once, when the real arguments are built)
         warnings.simplefilter("ignore")
         trl_arguments(_values_only(cls), section, where, output_dir=Path("checkpoints"),  # (never created)
