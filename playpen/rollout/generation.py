@@ -274,9 +274,16 @@ def generate_groups(policy, groups: list[list[Sequence]], temperatures: list[flo
     """One reply per sequence of each group (a player's candidates share a group), each group at its temperature:
     groups of the same temperature generate together, in one `generate` call per temperature."""
     outs: list[list[Generated]] = [[] for _ in groups]
+    vllm = getattr(policy, "vllm", None)  # a VLLMGenerator (vllm_backend.py) answers in place of this module
     for temperature in dict.fromkeys(temperatures):
         rows = [(i, seq) for i, (group, t) in enumerate(zip(groups, temperatures)) if t == temperature
                 for seq in group]
-        for (i, _), out in zip(rows, generate(policy, [seq for _, seq in rows], temperature=temperature, **options)):
+        seqs = [seq for _, seq in rows]
+        if vllm is not None:
+            replies = vllm.generate(seqs, max_new_tokens=options["max_new_tokens"], temperature=temperature,
+                                    stop_ids=policy.stop_ids)
+        else:
+            replies = generate(policy, seqs, temperature=temperature, **options)
+        for (i, _), out in zip(rows, replies):
             outs[i].append(out)
     return outs

@@ -33,6 +33,7 @@ class LocalPolicy:
         self.tokenizer = tokenizer
         self.name = name or _default_name(model)
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.vllm = None  # a VLLMGenerator (vllm_backend.py): vLLM generates this policy's replies, not generation.py
         self.stop_ids = _stop_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.stop_ids)
         self._eos_texts = {tokenizer.convert_ids_to_tokens(i): i for i in self.stop_ids}

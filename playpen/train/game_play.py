@@ -61,6 +61,12 @@ class GameConfig(TrainConfig):
                                  help="sampling temperature of the learner: the episodes of a group must be able "
                                       "to differ")
     rollout_batch_size: int = bounded(64, ge=1, help="sequences generated together")
+    use_vllm: bool = documented(False, help="play the learner's turns with vLLM in this process (TRL's colocate "
+                                            "placement: the weights follow every optimizer step or round); false: "
+                                            "playpen's own batched Hugging Face loop (docs/rollouts.md)")
+    vllm_gpu_memory_utilization: float = bounded(0.3, gt=0, le=1, help="use_vllm on a GPU: the share of its memory "
+                                                                       "vLLM takes (weights and KV cache); on CPU "
+                                                                       "VLLM_CPU_KVCACHE_SPACE (GiB) sizes the cache")
     validation_instances: int = bounded(0, ge=0, help="above 0: play N validation instances at the start, every "
                                                       "validation_every steps, and at the end")
     validation_every: int = bounded(0, ge=0, help="steps between validations (0: start and end only)")
@@ -74,6 +80,9 @@ class GameConfig(TrainConfig):
 def check_game(cfg: GameConfig, where: str) -> dict:
     """The game exists, has instances, and has a player for every role; the partner's key is present."""
     from playpen.games.registry import resolve_game
+
+    if cfg.use_vllm:
+        check_vllm(cfg, where)
 
     if not cfg.game:
         raise PlaypenError(f"{where}: game is required (e.g. game: wordle; see `playpen list games`)")
@@ -195,6 +204,38 @@ def round_instances(instances: list, k: int, n: int | None) -> list:
     return [instances[(start + i) % len(instances)] for i in range(n)]
 
 
+def check_vllm(cfg: GameConfig, where: str) -> None:
+    """use_vllm with what it cannot honour, and a vLLM that is missing or does not load: one line each, now."""
+    from playpen.models.vllm_engine import require_vllm
+
+    if cfg.quantization:
+        raise PlaypenError(f"{where}: use_vllm with quantization {cfg.quantization}: vLLM samples from merged "
+                           f"full-precision weights, so a 4/8-bit model cannot be synced into it; set use_vllm: false "
+                           f"or quantization: null")
+    require_vllm(f"{where}: use_vllm")
+
+
+def with_vllm(session: Session, policy, step: int, seed: int, accelerator=None):
+    """use_vllm: `policy` answered by the session's colocated vLLM engine (started on first use), holding the
+    policy's current weights (TRL's sync, when `step` moved on since the last one). Otherwise `policy` as it is."""
+    if not session.cfg.use_vllm:
+        return policy
+    from playpen.models.vllm_engine import start_colocated
+    from playpen.rollout.vllm_backend import VLLMGenerator
+
+    if session.vllm is None:
+        session.vllm = start_colocated(policy.model, session.tokenizer, accelerator=accelerator,
+                                       dtype="bfloat16" if session.autocast_bf16() else "float32",
+                                       max_model_len=min(policy.max_positions or 2048, 4096),
+                                       memory_fraction=session.cfg.vllm_gpu_memory_utilization, seed=session.cfg.seed)
+    if session.vllm_synced != step:  # stale weights are the silent failure: sync on every new step or round
+        session.vllm.model = policy.model
+        session.vllm.sync_weights()
+        session.vllm_synced = step
+    policy.vllm = VLLMGenerator(session.vllm.llm, seed)
+    return policy
+
+
 def play_round(session: Session, k: int, model, instances: list, partner, group_size: int):
     """Round k's episodes of this process's share of `instances` (records tagged iter_k), seeded by (seed, k)."""
     from playpen.rollout import LocalPolicy, RolloutEngine
@@ -203,6 +244,7 @@ def play_round(session: Session, k: int, model, instances: list, partner, group_
     shard = instances[session.rank::session.world_size]
     policy = LocalPolicy(model, session.tokenizer, name=session.spec["model_name"].replace("/", "_"))
     seed = (cfg.seed * 1_000_003 + k) * 1_009 + session.rank
+    policy = with_vllm(session, policy, k, seed)
     engine = RolloutEngine(learner=policy, partner=partner, max_new_tokens=cfg.max_new_tokens,
                            temperature=cfg.temperature, batch_size=cfg.rollout_batch_size, seed=seed,
                            partner_seats=cfg.partner_seats)

@@ -96,6 +96,7 @@ class GameRollouts:
             policy = self.policy(model)
             # seeded by (seed, rollout number, rank): a resumed run replays exactly the rollouts it lost
             seed = (cfg.seed * 1_000_003 + self.counters["rollouts"]) * 1_009 + session.rank
+            policy = game_play.with_vllm(session, policy, trainer.state.global_step, seed, trainer.accelerator)
             engine = RolloutEngine(learner=policy, partner=self.partner, max_new_tokens=cfg.max_new_tokens,
                                    temperature=cfg.temperature, batch_size=cfg.rollout_batch_size, seed=seed,
                                    partner_seats=cfg.partner_seats)

@@ -112,6 +112,8 @@ class Session:
     config_changes: dict = field(default_factory=dict)  # {key: (old, new)} allowed by allow_config_change
     final_files: dict = field(default_factory=dict)  # {file name: JSON value} the recipe adds to final/
     _bf16: bool | None = None  # autocast_bf16(), decided once
+    vllm: Any = None  # use_vllm: the colocated vLLM engine (playpen.models.vllm_engine), started on first play
+    vllm_synced: Any = None  # the step or round whose weights it holds
 
     @property
     def rank(self) -> int:
