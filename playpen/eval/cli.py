@@ -41,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--instance-set", dest="instance_set", default="validation",
                         help="validation (default), train, or an instances file of the game")
     parser.add_argument("--player", choices=PLAYERS, default="auto",
-                        help="who drives the model: playpen's rollout engine (local HF models; auto's choice) or "
-                             "clemcore's runner (every backend; auto's choice for API models)")
+                        help="who drives the model: playpen's rollout engine (local HF models; auto's choice), the "
+                             "same engine with vLLM generating (vllm: docs/rollouts.md), or clemcore's runner "
+                             "(every backend; auto's choice for API models)")
     parser.add_argument("-b", "--batch-size", dest="batch_size", type=int, default=BATCH_SIZE,
                         help="episodes generated together (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=SEED,

@@ -40,7 +40,7 @@ from playpen.storage import (atomic_write_bytes, atomic_write_json, check_locati
                              timestamp)
 
 DEFAULT_RESULTS_ROOT = "playpen-eval"
-PLAYERS = ("auto", "engine", "clemcore")
+PLAYERS = ("auto", "engine", "vllm", "clemcore")
 VAL_SUFFIX = ".val.json"
 GAME_META = "playpen_eval.json"
 STAGING_DIR = ".playing"  # a game is played in a private .playing.* folder; its records replace the earlier ones
@@ -156,6 +156,7 @@ class EnginePlayer(ClemcorePlayer):
 
     _engine = None
     scores_while_playing = True
+    use_vllm = False  # vLLM generates the turns (`--player vllm`; playpen.rollout.vllm_backend)
 
     def play(self, entry: GameEntry, pairs: list[tuple[dict, dict]], results_dir: Path) -> None:
         from playpen.rollout.engine import RolloutEngine
@@ -165,11 +166,29 @@ class EnginePlayer(ClemcorePlayer):
             hf = self.model
             policy = LocalPolicy(hf.model, hf.tokenizer, name=self.spec["model_name"],
                                  chat_template_kwargs=hf.chat_template_kwargs)
+            if self.use_vllm:
+                policy.vllm = vllm_generator(hf.model, hf.tokenizer, self.seed)
             # the partner holds every seat but the first, as clemcore seats `-m MODEL PARTNER` in two-player games
             self._engine = RolloutEngine(policy, self.partner, max_new_tokens=self.max_tokens,
                                          temperature=self.temperature, batch_size=self.batch_size, progress=True,
                                          seed=self.seed)
         self._engine.play(entry, pairs, records_dir=results_dir, clem_files=True)
+
+
+def vllm_generator(model, tokenizer, seed: int):
+    """A colocated vLLM engine of `model`'s weights (an adapter merged in) for the rollout engine."""
+    import torch
+
+    from playpen.models.vllm_engine import start_colocated
+    from playpen.rollout.vllm_backend import VLLMGenerator
+
+    dtype = next(model.parameters()).dtype
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None) or 2048
+    engine = start_colocated(model, tokenizer, dtype="bfloat16" if dtype == torch.bfloat16 else "float32",
+                             max_model_len=min(positions, 4096), memory_fraction=0.9, seed=seed)
+    if hasattr(model, "peft_config"):  # vLLM loaded the base model's files: the adapter is merged in now
+        engine.sync_weights()
+    return VLLMGenerator(engine.llm, seed)
 
 
 def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int, player: str = "auto",
@@ -179,9 +198,19 @@ def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int
     if player not in PLAYERS:
         raise PlaypenError(f"unknown player '{player}'; choose one of {', '.join(PLAYERS)}")
     local = spec.get("backend") == "huggingface_local" and not spec.get("model_config", {}).get("multimodal")
-    if player == "engine" and not local:
+    if player in ("engine", "vllm") and not local:
         raise PlaypenError(f"the rollout engine plays local Hugging Face models only; {spec['model_name']} uses "
                            f"backend {spec.get('backend')} (use --player clemcore)")
+    if player == "vllm":
+        from playpen.models.vllm_engine import require_vllm
+
+        if any(spec.get("model_config", {}).get(k) for k in ("load_in_4bit", "load_in_8bit", "quantization")):
+            raise PlaypenError(f"--player vllm: {spec['model_name']} is loaded quantized (bitsandbytes), which vLLM's "
+                               f"merged-weight engine cannot hold; use --player engine")
+        require_vllm("--player vllm")
+        runner = EnginePlayer(spec, max_tokens, temperature, batch_size, seed, verbose, partner)
+        runner.use_vllm = True
+        return runner
     if player == "engine" or (player == "auto" and local):
         return EnginePlayer(spec, max_tokens, temperature, batch_size, seed, verbose, partner)
     return ClemcorePlayer(spec, max_tokens, temperature, batch_size, seed, verbose, partner)
