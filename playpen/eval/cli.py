@@ -56,6 +56,10 @@ def main(args: argparse.Namespace) -> int:
     from playpen.eval.evaluation import evaluate, format_val
 
     check_flags(args)
+    if args.player == "vllm" and not args.skip_gameplay:  # (before a results folder is made)
+        from playpen.models.vllm_engine import require_vllm
+
+        require_vllm("--player vllm")
     val = evaluate(args.model, games=args.games, results_dir=args.results_dir, skip_gameplay=args.skip_gameplay,
                    suite=args.suite, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                    instances=args.instances, batch_size=args.batch_size, instance_set=args.instance_set,
