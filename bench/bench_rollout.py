@@ -228,7 +228,8 @@ def main() -> None:
         policy_vllm = LocalPolicy(like.model, like.tokenizer, name=spec.model_name)
         vllm_dtype = "float32" if like.model.dtype == torch.float32 else "bfloat16"
         started_at = time.perf_counter()
-        engine_vllm = start_colocated(like.model, like.tokenizer, dtype=vllm_dtype, max_model_len=4096)
+        engine_vllm = start_colocated(like.model, like.tokenizer, dtype=vllm_dtype,
+                                      max_model_len=min(like.max_positions or 2048, 4096))
         if hasattr(like.model, "peft_config"):
             engine_vllm.sync_weights()
         vllm_start_s = time.perf_counter() - started_at

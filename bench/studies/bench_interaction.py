@@ -287,6 +287,7 @@ def report(arms: dict, timings: dict, curves: dict, args) -> None:
              f"{'bf16 autocast' if precision_here() else 'float32'}). Weights: SmolLM2-135M-Instruct dequantized from "
              "the Q4_1 GGUF (not the hub's bf16 release). Every arm starts from the same cold start and trains "
              f"{steps(args)} optimizer steps x {args.sequences} sequences; every seed is a row.", "",
+             sizes(cold), "",
              "## Held-out numberguess (success % ± s.e.; paired difference against bc of the same seed, or seed "
              f"{args.seeds[0]}'s)", "",
              "| arm | seed | in domain greedy | sampled T=0.7 | consistency | guesses | out of domain greedy | sampled "
@@ -312,7 +313,7 @@ def report(arms: dict, timings: dict, curves: dict, args) -> None:
         met = "–" if name not in ON_POLICY or ref is None or cold is None else \
             ("met" if target_met(evals, ref, cold, args) else "missed")
         lines.append(f"| {name} | {seed or '–'} | " + " | ".join(cells + deltas + [met]) + " |")
-    lines += consistency_split(arms) + trained_numbers(arms)
+    lines += per_seed(arms, cold, args) + consistency_split(arms) + trained_numbers(arms)
     lines += ["", "## Other games (greedy self-play on validation, success % ± s.e.)", "",
               "| arm | seed | " + " | ".join(OTHER_GAMES) + " |", "|---|---|" + "---|" * len(OTHER_GAMES)]
     for (name, seed), evals in in_order(arms):
@@ -330,7 +331,110 @@ def report(arms: dict, timings: dict, curves: dict, args) -> None:
         lines.append(f"| {name} | {seed or '–'} | {seconds:.0f} | {played} | {per_hour:.1f} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     plot(arms, out.with_suffix(".png"), args)
+    plot_seeds(arms, out.with_name(out.name + "-seeds.png"))
     print(f"[bench_interaction] wrote {out.with_suffix('.md')}", flush=True)
+
+
+def sizes(evals: dict | None) -> str:
+    """The number of episodes in each held-out set, as played (every arm plays the same ones)."""
+    if not evals:
+        return ""
+    named = ", ".join(f"{game} {split} T={t:g}: n={len(entry['value'])}" for (game, split, t), entry in evals.items())
+    return f"Episodes per evaluation set (the same for every arm and seed): {named}."
+
+
+def seed_differences(arms: dict, name: str, split: str) -> dict[int, float]:
+    """{seed: greedy success of `name` minus bc's of the same seed} on a held-out set, points."""
+    return {seed: rate(arms[(name, seed)][(GAME, split, 0.0)]["value"])[0]
+            - rate(arms[("bc", seed)][(GAME, split, 0.0)]["value"])[0]
+            for (arm, seed) in arms if arm == name and ("bc", seed) in arms}
+
+
+def across_seeds(values: list[float]) -> tuple[float, float]:
+    """Mean and its standard error across seeds (nan with fewer than 2)."""
+    n = len(values)
+    mean = sum(values) / n if n else float("nan")
+    if n < 2:
+        return mean, float("nan")
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+
+def sign_test(values: list[float]) -> float:
+    """Two-sided exact sign test of 'the differences are centred on 0' (ties dropped)."""
+    signs = [v for v in values if v != 0]
+    n, k = len(signs), sum(v > 0 for v in signs)
+    if n == 0:
+        return float("nan")
+    tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def per_seed(arms: dict, cold: dict | None, args) -> list[str]:
+    """Seeds as the unit: each arm's difference from bc of the same seed, in and out of domain, its mean and
+    standard error across seeds and a sign test; the target's verdict (fixed before running: at least 5 seeds, the
+    mean difference above 2 s.e. across seeds in and out of domain, higher feedback consistency, no other game
+    below the cold start by more than 1 s.e.)."""
+    lines = ["", "## Seeds as the unit (Δ = arm − bc of the same seed, greedy success points; mean ± s.e. across "
+             "seeds; two-sided sign test)", "",
+             "| arm | n seeds | Δ in domain per seed | mean ± s.e. | sign p | Δ out of domain per seed | mean ± s.e. | "
+             "sign p | Δ consistency in domain (mean) | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name in [a for a in ORDER if a not in ("cold", "bc")]:
+        by_split = {split: seed_differences(arms, name, split) for split in HELD_OUT.values()}
+        seeds = sorted(by_split["validation"])
+        if not seeds:
+            continue
+        cells = []
+        stats = {}
+        for split, diffs in by_split.items():
+            values = [diffs[s] for s in seeds]
+            mean, se = across_seeds(values)
+            stats[split] = (mean, se)
+            cells += [", ".join(f"s{s} {diffs[s]:+.1f}" for s in seeds), f"{mean:+.1f} ± {se:.1f}",
+                      f"{sign_test(values):.2f}"]
+        consistency = [100 * (mean_of(arms[(name, s)][(GAME, "validation", 0.0)]["value"], "consistency")
+                              - mean_of(arms[("bc", s)][(GAME, "validation", 0.0)]["value"], "consistency"))
+                       for s in seeds]
+        others_ok = cold is None or all(
+            rate(arms[(name, s)][(g, "validation", 0.0)]["value"])[0]
+            >= rate(cold[(g, "validation", 0.0)]["value"])[0] - rate(cold[(g, "validation", 0.0)]["value"])[1]
+            for s in seeds for g in OTHER_GAMES)
+        wins = len(seeds) >= 5 and all(m > 2 * se for m, se in stats.values()) and \
+            sum(consistency) / len(consistency) > 0 and others_ok
+        verdict = "wins" if wins else (f"does not win yet ({len(seeds)} of 5 seeds)" if len(seeds) < 5 else
+                                       "does not win")
+        lines.append(f"| {name} | {len(seeds)} | " + " | ".join(cells) +
+                     f" | {sum(consistency) / len(consistency):+.1f} | {verdict} |")
+    lines += ["", "Seeds 1 and 2 of bc, rft, grpo, dagger, gkd and bc-rft ran on another machine (a Xeon with bf16 "
+              "autocast) and their runs are gone; their numbers are in this report's history (git log -p "
+              "bench/results/interaction.md). The rows above are the seeds whose evaluations are in "
+              "bench/results/interaction-evals/."]
+    return lines
+
+
+def plot_seeds(arms: dict, path: Path) -> None:
+    """Per-seed differences from bc with the mean ± 2 s.e. across seeds, in and out of domain."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [a for a in ORDER if a not in ("cold", "bc") and seed_differences(arms, a, "validation")]
+    if not names:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, (label, split) in zip(axes, HELD_OUT.items()):
+        for x, name in enumerate(names):
+            diffs = seed_differences(arms, name, split)
+            ax.scatter([x] * len(diffs), list(diffs.values()), color="tab:blue", s=14)
+            mean, se = across_seeds(list(diffs.values()))
+            ax.errorbar([x + 0.15], [mean], yerr=[2 * se if se == se else 0], fmt="o", color="black", capsize=4)
+        ax.axhline(0, color="gray", lw=0.8)
+        ax.set_xticks(range(len(names)), names, fontsize=8)
+        ax.set_title(f"numberguess {label}: arm − bc of the same seed")
+    axes[0].set_ylabel("greedy success points (mean ± 2 s.e. across seeds)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def consistency_split(arms: dict) -> list[str]:
