@@ -84,7 +84,7 @@ def test_every_training_config_is_valid(folder):
     from playpen.config import check_keys
     from playpen.reward.prompts import read_prompts
     from playpen.train.runner import load_recipe
-    from playpen.train.trl_args import ALIASES, MANAGED
+    from playpen.train.trl_args import MANAGED, current_names
 
     files = shipped(folder)
     assert files, folder
@@ -94,7 +94,7 @@ def test_every_training_config_is_valid(folder):
             recipe = load_recipe(method)
             cfg = load_config(recipe.Config, path)
             fields = {f.name for f in dataclasses.fields(getattr(trl, recipe.trl_config))}
-            check_keys(cfg.trainer, fields - set(MANAGED) - set(recipe.forced(cfg)) | set(ALIASES), str(path))
+            check_keys(current_names(cfg.trainer, fields), fields - set(MANAGED) - set(recipe.forced(cfg)), str(path))
             check_keys(cfg.lora or {}, {f.name for f in dataclasses.fields(LoraConfig)}, str(path))
             if cfg.deepspeed:
                 assert config_file(cfg.deepspeed).is_relative_to(SHIPPED), path

@@ -19,8 +19,19 @@ MANAGED = {"output_dir": "the run directory", "seed": "seed", "data_seed": "seed
            "use_cpu": "automatic",
            "resume_from_checkpoint": "automatic resume", "push_to_hub": "not supported",
            "logging_nan_inf_filter": "playpen stops on a non-finite loss"}
-ALIASES = {"gradient_checkpointing": "activation_checkpointing",
+# transformers 5.18 renamed these (old: new); a config may use either name, read as the installed version's
+RENAMED = {"gradient_checkpointing": "activation_checkpointing",
            "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs"}
+
+
+def current_names(section: dict, fields: set[str]) -> dict:
+    """`section` with each renamed key spelled as the installed TRL/transformers config class spells it."""
+    out = dict(section)
+    for old, new in RENAMED.items():
+        current, other = (new, old) if new in fields else (old, new)
+        if other in out:
+            out.setdefault(current, out.pop(other))
+    return out
 # TRL keys that recipes set from playpen's own keys (Recipe.forced), by the key a user sets instead
 FORCED_FROM = {"num_generations": "group_size", "temperature": "temperature",
                "reward_weights": "game_reward_weight and reward_weight",
@@ -114,6 +125,7 @@ def check_trainer(trl_config: str, section: dict, lora: dict | None, where: str,
 
     cls = getattr(trl, trl_config)
     fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    section = current_names(section, fields)
     for key in section:
         if key in MANAGED:
             raise PlaypenError(f"{where}: trainer.{key} is set by playpen ({MANAGED[key]}); remove it from trainer:")
@@ -137,16 +149,15 @@ def trl_arguments(cls, section: dict, where: str, *, output_dir: Path, seed: int
     import torch
 
     fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    section = current_names(section, fields)
     check_keys(section, fields - set(MANAGED) - set(forced or {}), f"{where}: trainer", trainer_keys_help(cls))
     cuda = torch.cuda.is_available()
     section = _typed_section(cls, section, where)
-    for old, new in ALIASES.items():  # transformers 5 renamed these; the old name would be silently overridden
-        if old in section:
-            section.setdefault(new, section.pop(old))
+    checkpointing = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
     values = {
         "logging_steps": 1, "save_strategy": "steps", "save_steps": 50, "save_total_limit": 2,
         "bf16": bool(cuda and torch.cuda.is_bf16_supported()), "disable_tqdm": False,
-        "dataloader_num_workers": 0, "activation_checkpointing": False,
+        "dataloader_num_workers": 0, checkpointing: False,
         **defaults, **section, **(forced or {}),
         "output_dir": str(output_dir), "seed": seed, "data_seed": seed,
         "report_to": requested(section.get("report_to"), where) or "none",  # beside playpen's own metrics
