@@ -49,7 +49,8 @@ def screened_file(instances: list[tuple[dict, dict]], rates: dict) -> tuple[dict
 
 def screen(model: str, game: str, output: str | Path, split: str = "train", samples: int = 8,
            temperature: float = 1.0, partner: str | None = None, partner_seats: list[int] | None = None,
-           instances: int | None = None, max_new_tokens: int = 64, seed: int = 0, batch_size: int = 64) -> dict:
+           instances: int | None = None, max_new_tokens: int = 64, seed: int = 0, batch_size: int = 64,
+           use_vllm: bool = False) -> dict:
     from playpen.games import expert_model
     from playpen.games.instances import load_instances
     from playpen.rollout import RolloutEngine
@@ -69,12 +70,21 @@ def screen(model: str, game: str, output: str | Path, split: str = "train", samp
         raise PlaypenError(f"screening needs at least 2 samples at a temperature > 0 (got -k {samples}, "
                            f"-T {temperature}): one greedy play has no pass rate between 0 and 1")
     output = check_output_file(output, "-o")
+    if use_vllm:
+        from playpen.models.vllm_engine import require_vllm
+
+        require_vllm("--use-vllm")
     pairs = load_instances(game, split, limit=instances, seed=None if instances is None else seed)
     if not pairs:
         raise PlaypenError(f"game {game} has no instances in set {split}")
     partner = expert_model(seed=seed) if partner == "programmatic" else partner
     spec = resolve_local(model, role=None)
-    engine = RolloutEngine(LocalPolicy(*load_frozen(spec), name=spec["model_name"]), partner=partner,
+    policy = LocalPolicy(*load_frozen(spec), name=spec["model_name"])
+    if use_vllm:  # (k samples of each instance: the shared prompt is vLLM's prefix cache's to reuse)
+        from playpen.eval.evaluation import vllm_generator
+
+        policy.vllm = vllm_generator(policy.model, policy.tokenizer, seed)
+    engine = RolloutEngine(policy, partner=partner,
                            partner_seats=partner_seats, max_new_tokens=max_new_tokens, temperature=temperature,
                            batch_size=batch_size, seed=seed)
     rates = pass_rates(engine.play(game, pairs, group_size=samples))
@@ -110,10 +120,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_max_new_tokens(parser, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("-b", "--batch-size", type=int, default=64)
+    parser.add_argument("--use-vllm", action="store_true", help="vLLM generates the episodes (docs/rollouts.md)")
 
 
 def main(args: argparse.Namespace) -> int:
     screen(args.model, args.game, args.output, split=args.split, samples=args.samples, temperature=args.temperature,
            partner=args.partner, partner_seats=args.partner_seats, instances=args.instances,
-           max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=args.batch_size)
+           max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=args.batch_size, use_vllm=args.use_vllm)
     return 0

@@ -25,9 +25,15 @@ class VLLMGenerator:
     """Generates the engine's waves with a vLLM `LLM` (playpen.models.vllm_engine starts one)."""
 
     def __init__(self, llm: Any, seed: int | None = None):
+        from vllm.platforms import current_platform
+
         self.llm = llm
         self._seeds = random.Random(seed)
         self.max_model_len = llm.llm_engine.model_config.max_model_len
+        # Per-request seeds make a rerun sample the same episodes. vLLM 0.31's CPU backend cannot rewind a seeded
+        # request's generator when it discards a sampled token ("CPU Generator does not use offset"), so on CPU
+        # requests draw from the engine's own seeded generator instead.
+        self.per_request_seeds = seed is not None and not current_platform.is_cpu()
 
     def generate(self, seqs: list[Sequence], *, max_new_tokens: int, temperature: float, stop_ids: list[int],
                  seeded: bool = True) -> list[Generated]:
@@ -47,7 +53,8 @@ class VLLMGenerator:
             # one seed per request, drawn from the engine's seed: a rerun samples the same episodes
             params.append(SamplingParams(temperature=temperature, max_tokens=budget, logprobs=0,
                                          stop_token_ids=list(stop_ids), skip_special_tokens=False,
-                                         seed=self._seeds.getrandbits(31) if seeded and temperature > 0 else None,
+                                         seed=self._seeds.getrandbits(31)
+                                         if seeded and self.per_request_seeds and temperature > 0 else None,
                                          detokenize=False))
         if not rows:
             return results
