@@ -70,6 +70,8 @@ def parse_args():
     p.add_argument("--runners", nargs="+", default=None, choices=RUNNERS,
                    help="only these runners (default: all but vllm); vllm: the engine with vLLM generating, in "
                         "float32 beside engine-fp32 (or as loaded beside engine)")
+    p.add_argument("--float32-only", action="store_true", help="of a model that loads in bf16, only the float32 rows "
+                   "(on a CPU without bf16 instructions the bf16 rows take many times longer and say little)")
     p.add_argument("--out", type=Path, default=None, help="default bench/results/rollout.md for playpen-tiny, "
                    "else rollout-<model>.md")
     args = p.parse_args()
@@ -263,6 +265,8 @@ def main() -> None:
             plan += [(f"playpen RolloutEngine, vLLM generating ({vllm_dtype})", name, b,
                       lambda b=b: engine(b, True, policy=policy_vllm))]
     plan = [step for step in plan if step[1].removesuffix("-fp32").replace("engine-vllm", "vllm") in wanted]
+    if args.float32_only and policy32 is not None:
+        plan = [step for step in plan if step[1].endswith("-fp32")]
     from playpen.models.loading import cpu_bf16_speedup
 
     torch.set_num_threads(1)
