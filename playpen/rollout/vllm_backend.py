@@ -35,8 +35,8 @@ class VLLMGenerator:
         # requests draw from the engine's own seeded generator instead.
         self.per_request_seeds = seed is not None and not current_platform.is_cpu()
 
-    def generate(self, seqs: list[Sequence], *, max_new_tokens: int, temperature: float, stop_ids: list[int],
-                 seeded: bool = True) -> list[Generated]:
+    def generate(self, seqs: list[Sequence], *, max_new_tokens: int, temperature: float,
+                 stop_ids: list[int]) -> list[Generated]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -50,11 +50,10 @@ class VLLMGenerator:
                 continue
             rows.append(i)
             prompts.append(TokensPrompt(prompt_token_ids=list(seq.ids)))
-            # one seed per request, drawn from the engine's seed: a rerun samples the same episodes
             params.append(SamplingParams(temperature=temperature, max_tokens=budget, logprobs=0,
                                          stop_token_ids=list(stop_ids), skip_special_tokens=False,
                                          seed=self._seeds.getrandbits(31)
-                                         if seeded and self.per_request_seeds and temperature > 0 else None,
+                                         if self.per_request_seeds and temperature > 0 else None,
                                          detokenize=False))
         if not rows:
             return results
