@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from playpen.storage import make_private_folder
 from playpen.submit import plan, render, send
 from playpen.submit.profiles import load_profile
 
@@ -66,7 +67,9 @@ def wait_idle(timeout: float = 120) -> None:
 
 
 def executor(folder: Path, profile):
-    """A SLURM executor of `profile` writing to `folder`, and the clean environment to submit it from."""
+    """A SLURM executor of `profile` writing to `folder` (a new job folder, private as submissions make it: jobs
+    load their pickle only from such a folder), and the clean environment to submit it from."""
+    make_private_folder(folder, "job folder", root=folder.parent)
     launch = plan.launch("slurm", folder, profile, folder / "runs", "bench")
     return render.executor(launch), send.submission_env(launch)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
+from playpen.storage import make_private_folder
 from playpen.submit import jobs, plan, render, send, watch
 from playpen.submit.cli import main
 from playpen.submit.jobs import TaskInfo
@@ -172,7 +173,8 @@ class Spin(jobs.PlaypenJob):
 
 def test_requeues_are_bounded_by_the_profile(devcluster, tmp_path):
     profile = load_profile("devcluster")
-    launch = plan.launch("slurm", tmp_path / "jobs", profile, tmp_path / "runs", "spin")
+    folder = make_private_folder(tmp_path / "jobs", "job folder", root=tmp_path)  # (as send.make_job_folder)
+    launch = plan.launch("slurm", folder, profile, tmp_path / "runs", "spin")
     ex = render.executor(launch)
     with send.submission_env(launch):
         job = ex.submit(Spin(str(tmp_path), max_requeues=0))
