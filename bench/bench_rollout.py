@@ -223,19 +223,14 @@ def main() -> None:
     wanted = set(args.runners or [r for r in RUNNERS if r != "vllm"])
     policy_vllm, vllm_start_s = None, 0.0
     if "vllm" in wanted:  # vLLM on the weights the engine rows use: float32 where there is a float32 copy
-        from playpen.models.vllm_engine import start_colocated
-        from playpen.rollout.vllm_backend import VLLMGenerator
+        from playpen.rollout.vllm_backend import generator_for
 
         like = policy32 or policy
         policy_vllm = LocalPolicy(like.model, like.tokenizer, name=spec.model_name)
         vllm_dtype = "float32" if like.model.dtype == torch.float32 else "bfloat16"
         started_at = time.perf_counter()
-        engine_vllm = start_colocated(like.model, like.tokenizer, dtype=vllm_dtype,
-                                      max_model_len=min(like.max_positions or 2048, 4096))
-        if hasattr(like.model, "peft_config"):
-            engine_vllm.sync_weights()
+        policy_vllm.vllm = generator_for(like.model, like.tokenizer, 0)
         vllm_start_s = time.perf_counter() - started_at
-        policy_vllm.vllm = VLLMGenerator(engine_vllm.llm, 0)
     # warm-up: first forwards, allocator, imports inside the runners
     clem("batchwise", 4, rows[:4])
     engine(4, True, pairs[:4])

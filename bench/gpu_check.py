@@ -311,9 +311,9 @@ def vllm_policy(model, tokenizer, dev):
     import tempfile
 
     from playpen.errors import PlaypenError
-    from playpen.models.vllm_engine import start_colocated, vllm_version
+    from playpen.models.vllm_engine import vllm_version
     from playpen.rollout import LocalPolicy
-    from playpen.rollout.vllm_backend import VLLMGenerator
+    from playpen.rollout.vllm_backend import generator_for
 
     if vllm_version() is None:
         return None, "vLLM is not installed: no vLLM rows"
@@ -321,14 +321,12 @@ def vllm_policy(model, tokenizer, dev):
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     model.name_or_path = folder  # (what the engine loads; the weights are these very ones)
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")  # the engine's weights, as they are
+    policy = LocalPolicy(model, tokenizer, name="random-llama-vllm")
     try:
-        engine = start_colocated(model, tokenizer, dtype=dtype, max_model_len=2048,
-                                 memory_fraction=0.5 if dev.type == "cuda" else 0.3)
+        policy.vllm = generator_for(model, tokenizer, 0, memory_fraction=0.5 if dev.type == "cuda" else 0.3)
     except PlaypenError as e:
         return None, f"vLLM did not start: {e}"
-    policy = LocalPolicy(model, tokenizer, name="random-llama-vllm")
-    policy.vllm = VLLMGenerator(engine.llm, 0)
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     return policy, f"vLLM {vllm_version()} colocated, {dtype}"
 
 

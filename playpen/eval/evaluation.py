@@ -167,28 +167,14 @@ class EnginePlayer(ClemcorePlayer):
             policy = LocalPolicy(hf.model, hf.tokenizer, name=self.spec["model_name"],
                                  chat_template_kwargs=hf.chat_template_kwargs)
             if self.use_vllm:
-                policy.vllm = vllm_generator(hf.model, hf.tokenizer, self.seed)
+                from playpen.rollout.vllm_backend import generator_for
+
+                policy.vllm = generator_for(hf.model, hf.tokenizer, self.seed)
             # the partner holds every seat but the first, as clemcore seats `-m MODEL PARTNER` in two-player games
             self._engine = RolloutEngine(policy, self.partner, max_new_tokens=self.max_tokens,
                                          temperature=self.temperature, batch_size=self.batch_size, progress=True,
                                          seed=self.seed)
         self._engine.play(entry, pairs, records_dir=results_dir, clem_files=True)
-
-
-def vllm_generator(model, tokenizer, seed: int):
-    """A colocated vLLM engine of `model`'s weights (an adapter merged in) for the rollout engine."""
-    import torch
-
-    from playpen.models.vllm_engine import start_colocated
-    from playpen.rollout.vllm_backend import VLLMGenerator
-
-    dtype = next(model.parameters()).dtype
-    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None) or 2048
-    engine = start_colocated(model, tokenizer, dtype="bfloat16" if dtype == torch.bfloat16 else "float32",
-                             max_model_len=min(positions, 4096), memory_fraction=0.9, seed=seed)
-    if hasattr(model, "peft_config"):  # vLLM loaded the base model's files: the adapter is merged in now
-        engine.sync_weights()
-    return VLLMGenerator(engine.llm, seed)
 
 
 def make_player(spec: dict, max_tokens: int, temperature: float, batch_size: int, player: str = "auto",

@@ -81,9 +81,9 @@ def screen(model: str, game: str, output: str | Path, split: str = "train", samp
     spec = resolve_local(model, role=None)
     policy = LocalPolicy(*load_frozen(spec), name=spec["model_name"])
     if use_vllm:  # (k samples of each instance: the shared prompt is vLLM's prefix cache's to reuse)
-        from playpen.eval.evaluation import vllm_generator
+        from playpen.rollout.vllm_backend import generator_for
 
-        policy.vllm = vllm_generator(policy.model, policy.tokenizer, seed)
+        policy.vllm = generator_for(policy.model, policy.tokenizer, seed)
     engine = RolloutEngine(policy, partner=partner,
                            partner_seats=partner_seats, max_new_tokens=max_new_tokens, temperature=temperature,
                            batch_size=batch_size, seed=seed)

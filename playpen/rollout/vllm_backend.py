@@ -68,3 +68,19 @@ class VLLMGenerator:
             seqs[i].ids.extend(out.ids)
             seqs[i].drop_cache()
         return results
+
+
+def generator_for(model, tokenizer, seed: int, memory_fraction: float = 0.9) -> VLLMGenerator:
+    """A colocated vLLM engine of a frozen `model`'s weights (an adapter merged in), in its dtype, as a generator
+    (eval, screen, the benchmarks; training keeps its engine in the session and syncs it: train.game_play)."""
+    import torch
+
+    from playpen.models.vllm_engine import start_colocated
+
+    dtype = next(model.parameters()).dtype
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None) or 2048
+    engine = start_colocated(model, tokenizer, dtype="bfloat16" if dtype == torch.bfloat16 else "float32",
+                             max_model_len=min(positions, 4096), memory_fraction=memory_fraction, seed=seed)
+    if hasattr(model, "peft_config"):  # vLLM loaded the base model's files: the adapter is merged in now
+        engine.sync_weights()
+    return VLLMGenerator(engine.llm, seed)
