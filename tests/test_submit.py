@@ -405,6 +405,11 @@ def test_a_planted_submission_record_naming_another_process_is_no_running_job(tm
     try:
         record["job_ids"] = [str(controller.pid)]
         (tmp_path / "logs" / "submissions.json").write_text(json.dumps([record]))
+        cmdline = Path("/proc", str(controller.pid), "cmdline")
+        for _ in range(200):  # until the child has exec'd: before that /proc shows pytest's own command line
+            if b"submitit.local._local" in cmdline.read_bytes():
+                break
+            time.sleep(0.05)
         assert watch.local_state(watch.load_submissions(tmp_path)[-1], str(controller.pid)) == "RUNNING"
     finally:
         controller.kill()
