@@ -68,6 +68,20 @@ def test_generated_sbatch_script_matches_the_recorded_one(capsys, stocked_cwd):
                             r"export SUBMITIT_EXECUTOR=slurm|srun .*|)", line), line
 
 
+def test_a_vllm_server_job_script_matches_the_recorded_one(capsys, stocked_cwd):
+    """GRPO with `vllm_mode: server` on 3 nodes: the server as a background step on the first node (its state file
+    in the job folder, removed first), training on the other two (8 tasks)."""
+    recorded = GOLDEN / "grpo_server_3nodes.sbatch"
+    capsys.readouterr()
+    assert main(["submit", "grpo", "--config", str(GOLDEN / "grpo_server.yaml"), "--cluster",
+                 str(GOLDEN / "cluster.yaml"), "--nodes", "3", "--dry-run"]) == 0
+    out = STAMP.sub("<STAMP>", capsys.readouterr().out)
+    assert out.splitlines() == recorded.read_text().splitlines()
+    for line in out.splitlines():
+        assert re.fullmatch(r"(#!/bin/bash|# .*|#SBATCH --[a-z-]+(=\S+)?|module .*|export [A-Z_]+=\"[^\"]*\"|"
+                            r"export SUBMITIT_EXECUTOR=slurm|srun .*|rm -f \"\$PLAYPEN_VLLM_STATE\"|)", line), line
+
+
 @pytest.mark.parametrize("kind,key,label", CASES, ids=[f"{k}-{f}-{v}" for k, f, v in CASES])
 def test_hostile_values_are_refused_before_anything_is_written(capsys, stocked_cwd, kind, key, label):
     """As an override (JSON is YAML: the newline arrives as one) and the same in the config file itself."""

@@ -52,6 +52,8 @@ class TournamentConfig:
     max_new_tokens: int = EVAL_BOUNDS["max_new_tokens"].field(MAX_NEW_TOKENS, help=EVAL_HELP["max_new_tokens"])
     temperature: float = EVAL_BOUNDS["temperature"].field(TEMPERATURE, help=EVAL_HELP["temperature"])
     batch_size: int = EVAL_BOUNDS["batch_size"].field(BATCH_SIZE, help=EVAL_HELP["batch_size"])
+    use_vllm: bool = documented(False, help="players that are local Hugging Face models generate with vLLM "
+                                            "(clemcore's backend otherwise; other backends play as they are)")
     output_dir: Location = documented("runs/tournaments", help="the tournament folder is <output_dir>/<name>")
 
 
@@ -70,7 +72,13 @@ def check(cfg: TournamentConfig, where: str) -> None:
             raise PlaypenError(f"{where}: best_of_n entry {name} is a judge; best-of-n is for debaters")
         models.add(best_of_n_setting(name, entry, where)[0])
     for name in models - {PROGRAMMATIC}:
-        service.resolve(name, "tournament player")  # unknown names and missing keys: one line, before any play
+        spec = service.resolve(name, "tournament player")  # unknown names, missing keys: one line, before any play
+        if cfg.use_vllm and spec.get("backend") == "huggingface_local":
+            from playpen.models.vllm_engine import require_vllm
+            from playpen.models.vllm_player import check_vllm_player
+
+            check_vllm_player(spec, f"{where}: use_vllm")
+            require_vllm(f"{where}: use_vllm")
 
 
 def best_of_n_setting(name: str, entry, where: str):
@@ -127,8 +135,13 @@ def _model(name: str, cache: dict, cfg: TournamentConfig):
         else:
             from playpen.models import service
 
-            cache[name] = service.load_player(service.resolve(name, "tournament player"), cfg.max_new_tokens,
-                                              cfg.temperature)
+            spec = service.resolve(name, "tournament player")
+            if cfg.use_vllm and spec.get("backend") == "huggingface_local":
+                from playpen.models.vllm_player import load_vllm_player
+
+                cache[name] = load_vllm_player(spec, cfg.max_new_tokens, cfg.temperature)
+            else:
+                cache[name] = service.load_player(spec, cfg.max_new_tokens, cfg.temperature)
     return cache[name]
 
 

@@ -12,11 +12,14 @@ Only the engine's construction differs from TRL's: the dtype follows the trainer
 playpen trains under bf16, else float32, so the engine's numbers are the trainer's), prefix caching is on (it
 replaces the rollout engine's shared-prefix encoding), and a memory fraction too small for the model is one line.
 
-What it is not: a server. `trl vllm-serve` on another node is TRL's own; its weight sync goes through NCCL (CUDA).
+The server placement (`ServedVLLM`, `connect_server`) is the same TRL class in server mode: the engine is a vLLM
+server on another node (playpen.models.vllm_server starts it), and the weights reach it through a file on shared
+storage that it reloads in place, instead of TRL's NCCL transfer (CUDA only).
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from playpen.errors import PlaypenError
@@ -108,10 +111,92 @@ def _vllm_generation_class():
             per-tensor `load_weights` finds repacked float32 weights without their loaders); then the prefix
             cache is reset, since its keys and values came from the old weights."""
             runner = self.llm.llm_engine.model_executor.driver_worker.worker.model_runner
-            runner.reload_weights(weights_iterator=self._iter_named_params(), is_checkpoint_format=True)
+            runner.reload_weights(weights_iterator=with_tied_head(self._iter_named_params(), self.model),
+                                  is_checkpoint_format=True)
             self.llm.reset_prefix_cache()
 
     return ColocatedVLLM
+
+
+def _served_class():
+    import requests
+    from trl.generation.vllm_client import VLLMClient
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    from playpen.models.vllm_server import read_state, server_gone, wait_for_server
+
+    class ServedVLLM(VLLMGeneration):
+        """TRL's VLLMGeneration in server mode, its weights sent as a file the server reloads (see the module)."""
+
+        @classmethod
+        def connect(cls, model, tokenizer, *, base_url: str | None, state_file: str | None, timeout_s: float,
+                    weights_dir: str, accelerator=None) -> "ServedVLLM":
+            require_vllm()
+            if accelerator is None:
+                from accelerate import Accelerator
+
+                accelerator = Accelerator()
+            cls._where = {"base_url": base_url, "state_file": state_file, "weights_dir": weights_dir}
+            return cls(model, accelerator, tokenizer, mode="server", server_base_url=base_url,
+                       server_timeout=timeout_s)
+
+        def _init_vllm(self) -> None:
+            url = wait_for_server(self._where["base_url"], self._where["state_file"], self.server_timeout)
+            self.server_base_url = url
+            self.vllm_client = VLLMClient(base_url=url, connection_timeout=self.server_timeout)
+            card = self.vllm_client._get(f"{url}/v1/models")["data"][0]
+            self.max_model_len = int(card.get("max_model_len") or 2048)  # the server's, which prompts must fit
+
+        def sync_weights(self) -> None:
+            """Every process iterates TRL's parameters (gathering is collective); the main one writes them, with a
+            tied output head spelled out, and has the server reload them in place and reset its prefix cache."""
+            main = self.accelerator.is_main_process
+            tensors = {name: tensor.detach().to("cpu", copy=True).contiguous()
+                       for name, tensor in with_tied_head(self._iter_named_params(), self.model)} if main else None
+            if not main:
+                for _ in self._iter_named_params():
+                    pass
+            else:
+                from safetensors.torch import save_file
+
+                folder = Path(self._where["weights_dir"])
+                folder.mkdir(parents=True, exist_ok=True)
+                save_file(tensors, str(folder / "model.safetensors.tmp"))
+                os.replace(folder / "model.safetensors.tmp", folder / "model.safetensors")
+                self.call("collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
+                self.call("reset_prefix_cache", None)
+            self.accelerator.wait_for_everyone()
+
+        def call(self, endpoint: str, body: dict | None):
+            """A POST to the server, its failure as one line (the state file says whether the server ended)."""
+            try:
+                response = self.vllm_client.session.post(f"{self.server_base_url}/{endpoint}", json=body)
+            except requests.RequestException as e:
+                raise PlaypenError(self.gone(e)) from None
+            if response.status_code != 200:
+                raise PlaypenError(f"the vLLM server at {self.server_base_url} refused /{endpoint}: "
+                                   f"{response.status_code} {response.text[:200]}")
+            return response.json() if response.content else None
+
+        def gone(self, error: BaseException) -> str:
+            state = read_state(self._where["state_file"])
+            if state.get("state") in ("exited", "failed"):
+                return server_gone(state, self.server_base_url)
+            return (f"the vLLM server at {self.server_base_url} stopped answering "
+                    f"({type(error).__name__}: {str(error).splitlines()[0][:160]})")
+
+    return ServedVLLM
+
+
+def with_tied_head(params, model):
+    """The parameters, and the output head again where it is tied to the input embeddings: PyTorch lists a tied
+    weight once, and vLLM's CPU backend, reloading the embeddings alone, keeps its packed copy of the old head."""
+    config = getattr(model, "config", None)
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    for name, tensor in params:
+        yield name, tensor
+        if tied and name.endswith("embed_tokens.weight"):
+            yield name.rsplit("model.embed_tokens.weight", 1)[0] + "lm_head.weight", tensor
 
 
 def explain_start_failure(error: BaseException, memory_fraction: float) -> str:
@@ -128,3 +213,8 @@ def explain_start_failure(error: BaseException, memory_fraction: float) -> str:
 def start_colocated(model, tokenizer, **options) -> Any:
     """`ColocatedVLLM.start(...)`: TRL is imported only when an engine is asked for."""
     return _vllm_generation_class().start(model, tokenizer, **options)
+
+
+def connect_server(model, tokenizer, **options) -> Any:
+    """`ServedVLLM.connect(...)`: waits for the server (bounded), then the trainer generates through it."""
+    return _served_class().connect(model, tokenizer, **options)

@@ -10,6 +10,9 @@ token's log-probability after temperature (vLLM's `processed_logprobs`, as gener
 TRL's importance sampling expects). vLLM's prefix cache does what generation.py's shared-prefix encoding and
 per-sequence KV blocks do, so nothing is kept per sequence between waves.
 
+`ServedGenerator` is the same over HTTP, for a vLLM server on another node (TRL's `VLLMClient`, the completions
+endpoint with token ids in and out).
+
 What it is not: a weight sync. Whoever trains owns that (playpen.models.vllm_engine: TRL's sync, after every
 optimizer step or round). Games, records, traces and scores do not know which generator answered.
 """
@@ -67,6 +70,47 @@ class VLLMGenerator:
             out.stopped = bool(out.ids) and out.ids[-1] in stops
             seqs[i].ids.extend(out.ids)
             seqs[i].drop_cache()
+        return results
+
+
+class ServedGenerator:
+    """`VLLMGenerator` for a vLLM server (playpen.models.vllm_engine.ServedVLLM): the same requests and results,
+    sent through TRL's `VLLMClient`. The server's engine draws from its own seeded generator."""
+
+    def __init__(self, served: Any):
+        self.served = served
+        self.max_model_len = served.max_model_len
+
+    def generate(self, seqs: list[Sequence], *, max_new_tokens: int, temperature: float,
+                 stop_ids: list[int]) -> list[Generated]:
+        from playpen.errors import PlaypenError
+
+        results = [Generated() for _ in seqs]
+        by_budget: dict[int, list[int]] = {}
+        for i, seq in enumerate(seqs):
+            budget = min(max_new_tokens, self.max_model_len - len(seq.ids))
+            if budget <= 0:
+                results[i].error = (f"context window of {self.max_model_len} tokens exceeded ({len(seq.ids)} tokens "
+                                    f"before the reply)")
+                continue
+            by_budget.setdefault(budget, []).append(i)
+        stops = set(stop_ids)
+        for budget, rows in by_budget.items():
+            try:
+                out = self.served.vllm_client.generate(
+                    [list(seqs[i].ids) for i in rows], temperature=temperature, max_tokens=budget, logprobs=0,
+                    generation_kwargs={"stop_token_ids": list(stop_ids), "skip_special_tokens": False})
+            except Exception as e:  # noqa: BLE001  (requests' errors, and VLLMClient's own for a non-200 answer)
+                raise PlaypenError(self.served.gone(e)) from None
+            for i, ids, logprobs, logprob_ids in zip(rows, out["completion_ids"], out["logprobs"],
+                                                     out["logprob_token_ids"]):
+                result = results[i]
+                result.ids = list(ids)
+                result.logprobs = [values[tokens.index(token)]
+                                   for token, values, tokens in zip(ids, logprobs, logprob_ids)]
+                result.stopped = bool(result.ids) and result.ids[-1] in stops
+                seqs[i].ids.extend(result.ids)
+                seqs[i].drop_cache()
         return results
 
 

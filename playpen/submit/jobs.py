@@ -60,6 +60,7 @@ def setup_distributed(use_gpus: bool) -> TaskInfo:
     A single-task job exports nothing (the trainer then runs as a plain process). With GPUs each task sees only
     its own device (CUDA_VISIBLE_DEVICES = local rank), so every rank uses `cuda:0`.
     """
+    training_step_nodes_as_the_job()
     job = submitit.JobEnvironment()
     if job.num_tasks <= 1:
         for name in DIST_VARS:  # a stale rendezvous from an outer launcher must not make us a rank
@@ -68,6 +69,16 @@ def setup_distributed(use_gpus: bool) -> TaskInfo:
     dist = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=use_gpus, overwrite=True)
     return TaskInfo(str(job.job_id), dist.rank, dist.world_size, dist.local_rank, socket.gethostname(),
                     f"{dist.master_addr}:{dist.master_port}")
+
+
+def training_step_nodes_as_the_job() -> None:
+    """With the job's vLLM server on its first node, training runs as a step on the other nodes; submitit's
+    rendezvous reads the job's node list (its master is the first node), so it is given the step's."""
+    from playpen.models.vllm_server import STATE_ENV
+
+    if os.environ.get(STATE_ENV) and os.environ.get("SLURM_STEP_NODELIST"):
+        os.environ["SLURM_JOB_NODELIST"] = os.environ["SLURM_STEP_NODELIST"]
+        os.environ["SLURM_JOB_NUM_NODES"] = os.environ.get("SLURM_STEP_NUM_NODES", "1")
 
 
 # ---------------------------------------------------------------- the callables

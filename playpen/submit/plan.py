@@ -52,6 +52,16 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class VLLMServer:
+    """use_vllm with vllm_mode server and no URL given: the job's own vLLM server, on its first node (TRL's server
+    placement); training runs on the other nodes (render.py writes both job steps)."""
+
+    model: str  # the trainer's model: a registry name or a folder (checked: one shell word)
+    port: int  # 0: a free one
+    dtype: str  # bfloat16 on GPUs, float32 on CPU
+
+
+@dataclass(frozen=True)
 class Launch:
     """How one job starts, every value checked: what render.py turns into a submitit executor."""
 
@@ -63,6 +73,16 @@ class Launch:
     resources: Resources
     python: list[str] | None  # `<runtime> exec ... <image> <python>`; None: this venv's python
     exports: dict[str, str]  # every job's variables: PLAYPEN_STORAGE, the profile's env and nccl ($VARS kept)
+    vllm_server: VLLMServer | None = None  # a vLLM server on the first node, training on the others
+
+    @property
+    def training_nodes(self) -> int:
+        return self.resources.nodes - (1 if self.vllm_server is not None else 0)
+
+    @property
+    def tasks(self) -> int:
+        """The job's tasks, each a rank of the training (or the one task of an eval, a cell)."""
+        return self.training_nodes * self.resources.tasks_per_node
 
 
 @dataclass(frozen=True)
@@ -92,6 +112,7 @@ class _Read:
     job: jobs.PlaypenJob
     array: list[list] | None = None
     aggregate: tuple[Callable, Any] | None = None
+    vllm_server: VLLMServer | None = None
 
 
 def read_plan(args: argparse.Namespace) -> Plan | None:
@@ -134,7 +155,8 @@ def read_plan(args: argparse.Namespace) -> Plan | None:
     # (a random part: a name nobody can guess and make first; send.make_job_folder makes it, 0700)
     folder = read.directory / LOGS / "submitit" / f"{timestamp()}-{os.getpid()}-{secrets.token_hex(4)}"
     name = f"playpen-{command}"
-    job_launch = launch(executor, folder, profile, read.storage_root, name, res, time_min)
+    job_launch = replace(launch(executor, folder, profile, read.storage_root, name, res, time_min),
+                         vllm_server=read.vllm_server)
     after = launch(executor, folder, profile, read.storage_root, f"{name}-aggregate", Resources(), time_min) \
         if read.aggregate is not None and executor == "slurm" else None
     plan = Plan(command, read.kind, config, read.storage_root, read.directory, job_launch, read.job, dry_run,
@@ -347,7 +369,21 @@ def read_train(args: argparse.Namespace, profile: ClusterProfile, config: str, r
 
     job = jobs.TrainJob(args.command, config, list(args.overrides), run_id, str(run_dir / LOGS),
                         profile.max_requeues, use_gpus=res.gpus_per_node > 0)
-    return _Read("train", run_dir, root, job)
+    return _Read("train", run_dir, root, job, vllm_server=vllm_server(cfg, res))
+
+
+def vllm_server(cfg: Any, res: Resources) -> VLLMServer | None:
+    """The job's own vLLM server, where the config asks for the server placement without a URL."""
+    if not getattr(cfg, "use_vllm", False) or cfg.vllm_mode != "server" or cfg.vllm_server_base_url:
+        return None
+    if res.nodes < 2:
+        raise PlaypenError(f"vllm_mode: server puts a vLLM server on the job's first node and trains on the others: "
+                           f"submit with --nodes 2 or more (got --nodes {res.nodes}), or set vllm_server_base_url "
+                           f"to a server you started, or vllm_mode: colocate")
+    if not re.fullmatch(r"[\w.+/@-]+", cfg.model):
+        raise PlaypenError(f"model {cfg.model!r}: the job script starts the vLLM server with it, so it must be a "
+                           f"registry name or a folder without spaces or shell characters")
+    return VLLMServer(cfg.model, cfg.vllm_server_port, "bfloat16" if res.gpus_per_node else "float32")
 
 
 def read_eval(args: argparse.Namespace, profile: ClusterProfile, config: str, res: Resources) -> _Read:

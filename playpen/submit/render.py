@@ -36,8 +36,10 @@ def executor(launch: Launch, preview: bool = False) -> submitit.Executor:
     python = job_python(launch)
     requeues = launch.profile.max_requeues
     if launch.executor == "slurm":
-        cls = _PreviewSlurmExecutor if preview else SlurmExecutor
+        cls = _PreviewSlurmExecutor if preview else TrainingStepExecutor if launch.vllm_server else SlurmExecutor
         ex: submitit.Executor = cls(folder=launch.folder, max_num_timeout=requeues, python=python)
+        if isinstance(ex, TrainingStepExecutor):
+            ex.tasks = launch.tasks
         params = slurm_parameters(launch)
     else:
         ex = submitit.LocalExecutor(folder=launch.folder, max_num_timeout=requeues, python=python)
@@ -63,7 +65,7 @@ def slurm_parameters(launch: Launch) -> dict[str, Any]:
         mem=p.mem, cpus_per_task=p.cpus_per_task, constraint=p.constraint, exclude=p.exclude, nodes=res.nodes,
         ntasks_per_node=res.tasks_per_node, signal_delay_s=p.signal_delay_s, setup=setup_lines(launch),
         array_parallelism=p.array_parallelism, additional_parameters={"requeue": True, **p.sbatch},
-        srun_args=list(p.srun_args) or None,
+        srun_args=list(p.srun_args) + training_step_args(launch) or None,
     )
     if res.gpus_per_node:  # the profile's typed GRES string where it has one, else --gpus-per-node
         params.update({"gres": p.gres} if p.gres else {"gpus_per_node": res.gpus_per_node})
@@ -80,8 +82,44 @@ def local_parameters(launch: Launch) -> dict[str, Any]:
 
 def setup_lines(launch: Launch) -> list[str]:
     """Shell lines before a SLURM job: the profile's (module loads), then the job's variables, exported; $VARS in
-    values expand on the compute node (e.g. HF_HOME: /scratch/$USER/hf)."""
-    return list(launch.profile.setup) + [f'export {name}="{_dq(value)}"' for name, value in launch.exports.items()]
+    values expand on the compute node (e.g. HF_HOME: /scratch/$USER/hf); then the job's vLLM server, if any."""
+    return (list(launch.profile.setup) + [f'export {name}="{_dq(value)}"' for name, value in launch.exports.items()]
+            + vllm_server_lines(launch))
+
+
+def vllm_server_lines(launch: Launch) -> list[str]:
+    """The vLLM server as a background job step on the first node; it writes its URL, and later why it ended, to
+    a state file in the job folder, which the trainer reads (playpen.models.vllm_server). A requeued job starts
+    a new one: the old state file goes first."""
+    server = launch.vllm_server
+    if server is None:
+        return []
+    from playpen.models.vllm_server import STATE_ENV
+
+    state = f"{launch.folder}/vllm-server-$SLURM_JOB_ID.json"
+    python = launch.python or [sys.executable]
+    command = [*python, "-u", "-m", "playpen.models.vllm_server", "--model", server.model, "--state",
+               f"${STATE_ENV}", "--port", str(server.port), "--dtype", server.dtype]
+    step = ["srun", "--nodes=1", "--ntasks=1", "--relative=0", f"--output={launch.folder}/%j_vllm_server.out"]
+    return [f'export {STATE_ENV}="{_dq(state)}"', f'rm -f "${STATE_ENV}"',
+            f"{shell_join(step)} {shell_join(command)} &"]
+
+
+def training_step_args(launch: Launch) -> list[str]:
+    """With a vLLM server on the first node, the training step runs on the other nodes."""
+    if launch.vllm_server is None:
+        return []
+    return ["--relative=1", f"--nodes={launch.training_nodes}", f"--ntasks={launch.tasks}"]
+
+
+class TrainingStepExecutor(SlurmExecutor):
+    """A SlurmExecutor whose job has the training step's tasks (the server's node runs none): submitit then
+    waits for those tasks' results only."""
+
+    tasks = 1
+
+    def _num_tasks(self) -> int:
+        return self.tasks
 
 
 def shell_join(argv: list[str]) -> str:

@@ -61,10 +61,10 @@ def send(plan: Plan, executors: Executors) -> tuple[Submission, list]:
         if plan.aggregate is not None and executors.after is not None:  # aggregate once the whole array has ended
             executors.after.update_parameters(dependency=f"afterany:{submitted[0].job_id.split('_')[0]}")
             after.append(executors.after.submit(*plan.aggregate).job_id)
-    launch, res = plan.launch, plan.launch.resources
+    launch = plan.launch
     sub = Submission(kind=plan.kind, what=plan.command, executor=launch.executor, profile=launch.profile.name,
                      job_ids=[j.job_id for j in submitted], folder=str(folder), directory=str(plan.directory),
-                     tasks=1 if plan.array is not None else res.nodes * res.tasks_per_node,
+                     tasks=1 if plan.array is not None else launch.tasks,
                      max_requeues=launch.profile.max_requeues, argv=sys.argv[:],
                      time=time.strftime("%Y-%m-%dT%H:%M:%S"), after=after)
     record_submission(sub)

@@ -7,6 +7,7 @@ rollout package knows nothing of TRL.
 from __future__ import annotations
 
 import math
+import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -61,9 +62,19 @@ class GameConfig(TrainConfig):
                                  help="sampling temperature of the learner: the episodes of a group must be able "
                                       "to differ")
     rollout_batch_size: int = bounded(64, ge=1, help="sequences generated together")
-    use_vllm: bool = documented(False, help="play the learner's turns with vLLM in this process (TRL's colocate "
-                                            "placement: the weights follow every optimizer step or round); false: "
-                                            "playpen's own batched Hugging Face loop (docs/rollouts.md)")
+    use_vllm: bool = documented(False, help="play the learner's turns with vLLM (the weights follow every optimizer "
+                                            "step or round); false: playpen's own batched Hugging Face loop "
+                                            "(docs/rollouts.md)")
+    vllm_mode: str = documented("colocate", help="use_vllm: colocate = vLLM in the trainer's process; server = a "
+                                                 "vLLM server, which a --nodes N job starts on its first node "
+                                                 "(training on the others), or vllm_server_base_url")
+    vllm_server_base_url: str | None = documented(None, help="vllm_mode server: the URL of a server you started "
+                                                             "(python -m playpen.models.vllm_server); null: the "
+                                                             "job's own")
+    vllm_server_port: int = bounded(0, ge=0, le=65535, help="vllm_mode server, the job's own server: its port "
+                                                            "(0: a free one)")
+    vllm_server_timeout: float = bounded(240.0, gt=0, help="vllm_mode server: seconds to wait for the server to "
+                                                           "answer before failing")
     vllm_gpu_memory_utilization: float = bounded(0.3, gt=0, le=1, help="use_vllm on a GPU: the share of its memory "
                                                                        "vLLM takes (weights and KV cache); on CPU "
                                                                        "VLLM_CPU_KVCACHE_SPACE (GiB) sizes the cache")
@@ -212,27 +223,41 @@ def check_vllm(cfg: GameConfig, where: str) -> None:
         raise PlaypenError(f"{where}: use_vllm with quantization {cfg.quantization}: vLLM samples from merged "
                            f"full-precision weights, so a 4/8-bit model cannot be synced into it; set use_vllm: false "
                            f"or quantization: null")
+    if cfg.vllm_mode not in ("colocate", "server"):
+        raise PlaypenError(f"{where}: vllm_mode must be colocate or server, got {cfg.vllm_mode!r}")
+    if cfg.vllm_server_base_url is not None and not re.fullmatch(r"https?://[\w.\-]+(:\d+)?/?",
+                                                                  cfg.vllm_server_base_url):
+        raise PlaypenError(f"{where}: vllm_server_base_url must be http(s)://HOST[:PORT], got "
+                           f"{cfg.vllm_server_base_url!r}")
     require_vllm(f"{where}: use_vllm")
 
 
 def with_vllm(session: Session, policy, step: int, seed: int, accelerator=None):
     """use_vllm: `policy` answered by the session's colocated vLLM engine (started on first use), holding the
     policy's current weights (TRL's sync, when `step` moved on since the last one). Otherwise `policy` as it is."""
-    if not session.cfg.use_vllm:
+    cfg = session.cfg
+    if not cfg.use_vllm:
         return policy
-    from playpen.models.vllm_engine import start_colocated
-    from playpen.rollout.vllm_backend import VLLMGenerator
+    from playpen.models.vllm_engine import connect_server, start_colocated
+    from playpen.models.vllm_server import STATE_ENV
+    from playpen.rollout.vllm_backend import ServedGenerator, VLLMGenerator
 
-    if session.vllm is None:
+    if session.vllm is None and cfg.vllm_mode == "server":
+        session.vllm = connect_server(policy.model, session.tokenizer, accelerator=accelerator,
+                                      base_url=cfg.vllm_server_base_url, state_file=os.environ.get(STATE_ENV),
+                                      timeout_s=cfg.vllm_server_timeout,
+                                      weights_dir=str(session.run.path / "vllm-weights"))
+    elif session.vllm is None:
         session.vllm = start_colocated(policy.model, session.tokenizer, accelerator=accelerator,
                                        dtype="bfloat16" if session.autocast_bf16() else "float32",
                                        max_model_len=min(policy.max_positions or 2048, 4096),
-                                       memory_fraction=session.cfg.vllm_gpu_memory_utilization, seed=session.cfg.seed)
+                                       memory_fraction=cfg.vllm_gpu_memory_utilization, seed=cfg.seed)
     if session.vllm_synced != step:  # stale weights are the silent failure: sync on every new step or round
         session.vllm.model = policy.model
         session.vllm.sync_weights()
         session.vllm_synced = step
-    policy.vllm = VLLMGenerator(session.vllm.llm, seed)
+    policy.vllm = ServedGenerator(session.vllm) if cfg.vllm_mode == "server" \
+        else VLLMGenerator(session.vllm.llm, seed)
     return policy
 
 
