@@ -57,6 +57,9 @@ def parse_args():
     p.add_argument("--game", default="wordle")
     p.add_argument("--split", default="train", help="instance set (validation: debate's seats are all the model's)")
     p.add_argument("--episodes", type=int, default=64)
+    p.add_argument("--group-size", type=int, default=1, help="episodes per instance (a GRPO group): episodes / G "
+                                                             "instances, each played G times")
+    p.add_argument("--temperature", type=float, default=0.0, help="of every runner (a group needs > 0 to differ)")
     p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 64])
     p.add_argument("--repeats", type=int, default=3, help="interleaved timed rounds; the median is reported")
@@ -132,7 +135,7 @@ def main() -> None:
     spec = ModelSpec.from_dict(resolve(args.model, role=None))
     clem_model = BackendRegistry.from_packaged_and_cwd_files().get_backend_for("huggingface_local") \
         .get_model_for(spec)
-    clem_model.set_gen_args(temperature=0.0, max_tokens=args.max_new_tokens)
+    clem_model.set_gen_args(temperature=args.temperature, max_tokens=args.max_new_tokens)
     # clemcore's backend pins torch to 1 thread; each section below sets the same count for every runner
     policy = LocalPolicy(clem_model.model, clem_model.tokenizer, name=spec.model_name)
     # The same weights upcast to float32 (exact): GRPO's rollouts run on float32 training weights, and on a CPU whose
@@ -167,8 +170,13 @@ def main() -> None:
         model.register_forward_hook(stop, with_kwargs=True)
     entry = resolve_game(args.game)
     benchmark = load_benchmark(entry)
-    pairs = load_instances(entry, args.split, limit=args.episodes)
-    rows = [{"game_name": args.game, "experiment": e, "game_instance": i} for e, i in pairs]
+    group = args.group_size
+    pairs = load_instances(entry, args.split, limit=args.episodes // group)
+    # (clemcore has no groups: it plays each instance G times, as the engine's group does, each copy under its own
+    # game id, since its runner records episodes by id)
+    rows = [{"game_name": args.game, "experiment": e,
+             "game_instance": {**i, "game_id": i["game_id"] * group + g} if group > 1 else i}
+            for e, i in pairs for g in range(group)]
     scratch = Path(tempfile.mkdtemp(prefix="bench-rollout-"))
 
     def clem(runner: str, batch_size: int, n_rows=rows, model=clem_model):
@@ -192,12 +200,13 @@ def main() -> None:
     played = {}  # batch size → the engine's episodes (the raw loop replays their token counts)
 
     def engine(batch_size: int, kv_cache: bool, n_pairs=pairs, policy=policy):
-        eng = RolloutEngine(policy, max_new_tokens=args.max_new_tokens, temperature=0.0, batch_size=batch_size,
-                            progress=False, kv_cache=kv_cache)
+        eng = RolloutEngine(policy, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                            batch_size=batch_size, progress=False, kv_cache=kv_cache, seed=0)
         positions[0] = 0
         forward_time.update(prefill=0.0, decode=0.0)
         t0, c0 = time.perf_counter(), time.process_time()
-        episodes = eng.play(entry, n_pairs, records_dir=scratch / f"engine-{batch_size}-{time.time_ns()}")
+        episodes = eng.play(entry, n_pairs, group_size=group,
+                            records_dir=scratch / f"engine-{batch_size}-{time.time_ns()}")
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         stats = {e.game_id: (e.num_turns, "aborted" if e.aborted else "success" if e.success else "lose")
                  for e in episodes}
@@ -232,13 +241,14 @@ def main() -> None:
         policy_vllm.vllm = generator_for(like.model, like.tokenizer, 0)
         vllm_start_s = time.perf_counter() - started_at
     # warm-up: first forwards, allocator, imports inside the runners
+    warm = pairs[:max(1, 4 // group)]
     clem("batchwise", 4, rows[:4])
-    engine(4, True, pairs[:4])
+    engine(4, True, warm)
     if policy32 is not None:
         clem("batchwise", 4, rows[:4], model=clem32)
-        engine(4, True, pairs[:4], policy=policy32)
+        engine(4, True, warm, policy=policy32)
     if policy_vllm is not None:
-        engine(4, True, pairs[:4], policy=policy_vllm)
+        engine(4, True, warm, policy=policy_vllm)
 
     plan = [("clemcore sequential (`clem run`)", "sequential", 1, lambda: clem("sequential", 1))]
     if policy32 is not None:
@@ -291,7 +301,8 @@ def main() -> None:
         "",
         f"`python bench/bench_rollout.py --episodes {args.episodes} --max-new-tokens {args.max_new_tokens} "
         f"--batch-sizes {' '.join(map(str, args.batch_sizes))} --repeats {args.repeats} "
-        f"--threads {' '.join(map(str, args.threads))} --model {args.model} --game {args.game} --split {args.split}` — "
+        f"--threads {' '.join(map(str, args.threads))} --model {args.model} --game {args.game} --split {args.split}"
+        f"{f' --group-size {group} --temperature {args.temperature}' if group > 1 else ''}` — "
         f"{datetime.now().strftime('%Y-%m-%d %H:%M')}",
         "",
         f"- machine: {platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, no GPU; other "

@@ -12,7 +12,10 @@ Fixed before running (the design of shared/notes/learning-from-interaction.md):
    formats, and some skill in the two other games so that "nothing lost" is measurable).
 2. Arms from the cold start, each with the same optimizer steps and sequences per step (STEPS x SEQUENCES):
    bc       SFT continued on more expert numberguess transcripts (imitation, off-policy);
-   dagger   `playpen train distill`, teacher: programmatic (the expert's reply to each history the learner saw);
+   dagger   `playpen train distill`, teacher: programmatic (the expert's reply to each history the learner saw),
+            matched to bc on expert targets: a DAgger row holds one expert turn and a bc row a whole transcript
+            (~3.6 turns), so its steps take that many times bc's rows, from enough episodes; one learning-rate
+            schedule across its rounds (schedule_across_rounds), not a restart each round;
    rft      `playpen train rft` (keep the learner's won episodes, SFT on its own tokens);
    grpo     `playpen train grpo`, the settings the arithmetic search found best (lr 2e-5, Dr. GRPO, batch-scaled
             rewards, beta 0, dynamic sampling 4, 1/0 reward);
@@ -25,8 +28,12 @@ Fixed before running (the design of shared/notes/learning-from-interaction.md):
 3. Held out: numberguess validation (400, in domain) and instances_ood (300, wider ranges, more turns), greedy and
    sampled (T=0.7, on 200 / 150 of them); success ± s.e., the paired difference of each arm against bc (s.e. and McNemar), feedback
    consistency, guesses; arithmetic and referencegame validation (greedy, self-play) before and after.
-Target: an on-policy arm beats bc by more than 2 paired s.e. in domain and out of domain, with higher feedback
-consistency, and no other game lower than the cold start by more than 1 s.e.
+4. A longer horizon (--horizon-seeds): bc-long and rft-long train 4x the steps (rft-long: 4x the rounds), with
+   held-out success (greedy, the first 100 of each shuffled held-out set) after every 32 steps, against training
+   steps and training wall time.
+Target (per seed, then over seeds): an on-policy arm's mean difference from bc of the same seed over at least 5
+seeds exceeds 2 standard errors across seeds, in domain and out of domain, with higher feedback consistency, and
+no other game lower than the cold start by more than 1 s.e.
 
 Every stage is an ordinary `playpen train` run under --storage (bench_learning.train: a rerun reuses or resumes it);
 evaluations are cached per model, set and temperature in bench/results/interaction-evals/ (committed: the report
@@ -54,6 +61,8 @@ HELD_OUT = {"in domain": "validation", "out of domain": "instances_ood"}
 OTHER_GAMES = ("arithmetic", "referencegame")
 ON_POLICY = ("dagger", "rft", "grpo", "gkd", "bc-rft")
 SAMPLED = {"validation": 200, "instances_ood": 150}  # sampled held-out episodes per set (greedy: all 400 / 300)
+LONG = 4  # the longer horizon: bc-long and rft-long train this many times the steps
+CURVE = 100  # greedy held-out episodes per set at each point of the longer horizon's curves
 TRAIN_PLAYED = 96  # greedy episodes on train instances: the numbers an arm trained on (1-55; held out: 60-115)
 
 
@@ -73,6 +82,8 @@ def parse_args():
     p.add_argument("--temperature", type=float, default=1.0, help="rollouts of the on-policy arms")
     p.add_argument("--eval-temperature", type=float, default=0.7, help="sampled held-out play")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--horizon-seeds", type=int, nargs="*", default=[], help="seeds of bc-long and rft-long (after "
+                   "the arms of --seeds)")
     p.add_argument("--report", default="interaction", help="report name in bench/results")
     p.add_argument("--evals", default=str(RESULTS / "interaction-evals"),
                    help="held-out plays and training times, kept in the repository: the report can be rebuilt "
@@ -122,11 +133,16 @@ def arm(name: str, storage: Path, cold: Path, seed: int, args, bc: Path | None =
                                       f"trainer.max_steps={steps(args)}", *sft_like], args)
     # a round plays enough instances for its steps: one DAgger row per learner turn (~3.5 a game), RFT keeps wins
     instances = 8 if args.pilot else 48
-    if name == "dagger":
+    if name == "dagger":  # as many expert targets per step as bc: one per row, so that many more rows
+        targets = expert_turns_per_row(bc_data(storage, seed, args))
+        accumulation = max(1, round(max(1, args.sequences // 8) * targets))
+        group = max(1, math.ceil(per_round * 8 * accumulation / (instances * targets)))  # enough learner turns
         return train("distill", storage, ["experiment=interaction-dagger", *common, "teacher=programmatic",
-                                          f"rounds={rounds}", f"instances={instances}", "group_size=1",
-                                          f"temperature={args.temperature}", f"trainer.max_steps={per_round}",
-                                          *sft_like], args)
+                                          f"rounds={rounds}", f"instances={instances}", f"group_size={group}",
+                                          "schedule_across_rounds=true", f"temperature={args.temperature}",
+                                          f"trainer.max_steps={per_round}", "trainer.per_device_train_batch_size=8",
+                                          f"trainer.gradient_accumulation_steps={accumulation}",
+                                          f"trainer.learning_rate={args.lr}", "trainer.save_steps=5"], args)
     if name == "gkd":
         if bc is None:
             return None, float("nan")
@@ -147,6 +163,16 @@ def arm(name: str, storage: Path, cold: Path, seed: int, args, bc: Path | None =
                                            f"trainer.max_steps={max(1, (steps(args) - steps(args) // 2) // half)}",
                                            *sft_like], args)
         return run, seconds + more
+    if name == "bc-long":
+        return train("sft", storage, ["experiment=interaction-bc-long", *common[:3],
+                                      f"data={bc_data(storage, seed, args)}", f"trainer.max_steps={LONG * steps(args)}",
+                                      *batch(args), f"trainer.learning_rate={args.lr}",
+                                      f"trainer.save_steps={steps(args)}", "trainer.save_total_limit=null"], args)
+    if name == "rft-long":
+        return train("rft", storage, ["experiment=interaction-rft-long", *common, f"rounds={LONG * rounds}",
+                                      f"instances={instances}", "group_size=4", "max_per_instance=2",
+                                      f"temperature={args.temperature}", f"trainer.max_steps={per_round}",
+                                      *sft_like], args)
     if name in ("rft", "rft-shuffled"):
         shuffled = ["shuffle_rewards=true"] if name == "rft-shuffled" else []
         return train("rft", storage, [f"experiment=interaction-{name}", *common, f"rounds={rounds}",
@@ -165,6 +191,12 @@ def arm(name: str, storage: Path, cold: Path, seed: int, args, bc: Path | None =
                                        "trainer.beta=0.0", "trainer.loss_type=dr_grpo", "trainer.scale_rewards=batch",
                                        "trainer.save_steps=5"], args)
     raise ValueError(f"unknown arm {name}")
+
+
+def expert_turns_per_row(path: Path) -> float:
+    """Expert (assistant) turns per transcript of an imitation set: the targets one bc row trains."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return sum(sum(m["role"] == "assistant" for m in r["messages"]) for r in rows) / len(rows)
 
 
 def bc_data(storage: Path, seed: int, args) -> Path:
@@ -248,6 +280,76 @@ def evaluate(name: str, tag: str, storage: Path, args) -> dict:
     return out
 
 
+def curve_points(name: str, run: Path, args) -> list[tuple[int, Path]]:
+    """(training steps, weights) every `steps` steps of a longer-horizon run: bc-long's checkpoints, rft-long's
+    round ends (a round trains steps / rounds steps)."""
+    every = steps(args)
+    if name == "bc-long":
+        found = [(every * k, run / "checkpoints" / f"checkpoint-{every * k}") for k in range(1, LONG + 1)]
+    else:
+        rounds = 2 if args.pilot else args.rounds
+        found = [(every * k, run / "checkpoints" / f"iter_{rounds * k - 1:02d}" / "final") for k in range(1, LONG + 1)]
+    return [(n, path) for n, path in found if path.is_dir()]
+
+
+def train_seconds(run: Path, step: int) -> float:
+    """Training wall time up to `step` from the run's metrics (gaps over 10 minutes, a session's end, left out;
+    rft's play between rounds is in it)."""
+    times = [r["time"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+             if "time" in r and r.get("step", 0) <= step and "loss" in r]
+    return sum(b - a for a, b in zip(times, times[1:]) if b - a < 600)
+
+
+def curve(name: str, seed: int, run: Path, args) -> list[dict]:
+    """Held-out success (greedy, CURVE episodes per set) at each point of a longer-horizon run."""
+    points = []
+    for n, weights in curve_points(name, run, args):
+        tag = f"{name}-s{seed}-step{n}"
+        limit = 40 if args.pilot else CURVE
+        point = {"steps": n, "seconds": train_seconds(run, n)}
+        for label, split in HELD_OUT.items():
+            rows = cached(evals_folder(args) / f"{tag}-{GAME}-{split}-T0.json",
+                          lambda split=split: play(str(weights), GAME, split, 0.0, limit))["value"]
+            point[label] = rate(rows)
+            point[f"n {label}"] = len(rows)
+        points.append(point)
+    return points
+
+
+def horizon_lines(horizons: dict) -> list[str]:
+    if not horizons:
+        return []
+    lines = ["", f"## A longer horizon: {LONG}x the steps (greedy held-out success % ± s.e., n per point below)",
+             "", "| arm | seed | steps | training wall s | in domain | out of domain |", "|---|---|---|---|---|---|"]
+    for (name, seed), points in sorted(horizons.items()):
+        for p in points:
+            lines.append(f"| {name} | {seed} | {p['steps']} | {p['seconds']:.0f} | {p['in domain'][0]:.1f} ± "
+                         f"{p['in domain'][1]:.1f} (n={p['n in domain']}) | {p['out of domain'][0]:.1f} ± "
+                         f"{p['out of domain'][1]:.1f} (n={p['n out of domain']}) |")
+    return lines
+
+
+def plot_horizon(horizons: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, x, label in ((axes[0], "steps", "optimizer steps"), (axes[1], "seconds", "training wall seconds")):
+        for (name, seed), points in sorted(horizons.items()):
+            for split, style in (("in domain", "-"), ("out of domain", "--")):
+                ax.errorbar([p[x] for p in points], [p[split][0] for p in points],
+                            yerr=[p[split][1] for p in points], linestyle=style, marker="o", capsize=2,
+                            color="gray" if name == "bc-long" else "tab:blue", label=f"{name} s{seed} {split}")
+        ax.set_xlabel(label)
+    axes[0].set_ylabel("greedy held-out success % (± s.e.)")
+    axes[1].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 # ---------------------------------------------------------------- statistics and report
 
 def rate(rows: list[dict], key: str = "correct") -> tuple[float, float]:
@@ -276,7 +378,7 @@ def target_met(arm_evals: dict, bc: dict, cold: dict, args) -> bool:
     return True
 
 
-def report(arms: dict, timings: dict, curves: dict, args) -> None:
+def report(arms: dict, timings: dict, curves: dict, args, horizons: dict | None = None) -> None:
     """bench/results/<report>.md and .png from the evaluations so far (every seed a row)."""
     out = RESULTS / (f"{args.report}-pilot" if args.pilot else args.report)
     cold = arms.get(("cold", 0))
@@ -313,7 +415,8 @@ def report(arms: dict, timings: dict, curves: dict, args) -> None:
         met = "–" if name not in ON_POLICY or ref is None or cold is None else \
             ("met" if target_met(evals, ref, cold, args) else "missed")
         lines.append(f"| {name} | {seed or '–'} | " + " | ".join(cells + deltas + [met]) + " |")
-    lines += per_seed(arms, cold, args) + consistency_split(arms) + trained_numbers(arms)
+    lines += per_seed(arms, cold, args) + horizon_lines(horizons or {}) + consistency_split(arms) + \
+        trained_numbers(arms)
     lines += ["", "## Other games (greedy self-play on validation, success % ± s.e.)", "",
               "| arm | seed | " + " | ".join(OTHER_GAMES) + " |", "|---|---|" + "---|" * len(OTHER_GAMES)]
     for (name, seed), evals in in_order(arms):
@@ -332,6 +435,8 @@ def report(arms: dict, timings: dict, curves: dict, args) -> None:
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     plot(arms, out.with_suffix(".png"), args)
     plot_seeds(arms, out.with_name(out.name + "-seeds.png"))
+    if horizons:
+        plot_horizon(horizons, out.with_name(out.name + "-horizon.png"))
     print(f"[bench_interaction] wrote {out.with_suffix('.md')}", flush=True)
 
 
@@ -540,6 +645,14 @@ def main() -> None:
             curves[(name, seed)] = {"episodes": episodes_played(run)}
             arms[(name, seed)] = evaluate(str(run), tag, storage, args)
             report(arms, timings, curves, args)
+    horizons: dict = {}
+    for seed in args.horizon_seeds:
+        for name in ("bc-long", "rft-long"):
+            run, seconds = arm(name, storage, cold, seed, args)
+            if run is not None:
+                timing(f"{name}-s{seed}", seconds, args)
+                horizons[(name, seed)] = curve(name, seed, run, args)
+                report(arms, timings, curves, args, horizons)
     print(f"[bench_interaction] done in {time.time() - started:.0f} s")
 
 

@@ -29,7 +29,7 @@ from playpen.config import bounded, documented
 from playpen.errors import PlaypenError
 from playpen.models import service
 from playpen.train import game_play, rounds, sequences
-from playpen.train.rounds import MAX_ROUNDS
+from playpen.train.rounds import ACROSS_ROUNDS_HELP, MAX_ROUNDS
 from playpen.train.recipe import Session
 
 
@@ -45,6 +45,7 @@ class Config(game_play.GameConfig):
     rounds: int = bounded(3, ge=1, le=MAX_ROUNDS,
                           help="play → grade → train rounds, each from the model the last one ended with")
     group_size: int = bounded(1, ge=1, help="episodes per instance per round")
+    schedule_across_rounds: bool = documented(False, help=ACROSS_ROUNDS_HELP)
     instances: int | None = bounded(32, ge=1, help="train instances played per round: the next ones of the split, "
                                                    "shuffled once with seed (null: all of them every round)")
 

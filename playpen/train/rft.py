@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from playpen.config import bounded, documented
 from playpen.train import game_play, rounds, sequences
-from playpen.train.rounds import MAX_ROUNDS
+from playpen.train.rounds import ACROSS_ROUNDS_HELP, MAX_ROUNDS
 from playpen.train.recipe import Session
 
 
@@ -36,6 +36,7 @@ class Config(game_play.GameConfig):
                                                      "Success")
     max_per_instance: int = bounded(1, ge=1, help="kept episodes per instance per round (M)")
     shuffle_rewards: bool = documented(False, help="control: keep as many episodes per instance, chosen at random")
+    schedule_across_rounds: bool = documented(False, help=ACROSS_ROUNDS_HELP)
 
 
 class RFT(rounds.SFTRoundsRecipe):

@@ -28,6 +28,8 @@ from playpen.train.recipe import Recipe, Session
 
 DONE = "round_done.json"
 MAX_ROUNDS = 1000  # rounds of play → train (rft, distill, iterative dpo), each a full play and training
+ACROSS_ROUNDS_HELP = ("one learning-rate schedule over all rounds (linear or constant, warmup in the first round "
+                      "only) instead of trainer.lr_scheduler_type restarting every round")
 
 
 class RoundsRecipe(Recipe):
@@ -129,6 +131,8 @@ def iterate(recipe: RoundsRecipe, session: Session):
             close_to_others(make_folder(folder, "run folder", root=run.path), "run folder")
             remove_incomplete(folder, resume)
         args = session.make_args(output_dir=folder)
+        if getattr(session.cfg, "schedule_across_rounds", False):
+            args = session.make_args(output_dir=folder, **round_schedule(args, k, rounds, session.where))
         if rows:
             trainer = recipe.train_round(session, rows, args, resume, offset, model, peft_config)
             model, peft_config = trainer.model, None
@@ -148,6 +152,26 @@ def iterate(recipe: RoundsRecipe, session: Session):
         model, _ = load_round(session, iter_dir(run, rounds - 1) / "final", model)
         trainer = _Saver(model, session.tokenizer)
     return trainer
+
+
+def round_schedule(args, k: int, rounds: int, where: str) -> dict:
+    """Round k's slice of one schedule over all rounds: a linear decay from the configured learning rate to 0
+    over rounds x max_steps becomes, in round k, a linear decay from its value at the round's first step to its
+    value at the round's last (transformers' polynomial schedule, power 1); a constant one stays; warmup only in
+    the first round."""
+    kind = str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type))
+    if args.max_steps <= 0:
+        raise PlaypenError(f"{where}: schedule_across_rounds needs trainer.max_steps (the steps of each round)")
+    later = {"warmup_steps": 0} if k > 0 else {}  # (transformers 5: a fraction in warmup_steps too)
+    if kind in ("constant", "constant_with_warmup"):
+        return {**later, "lr_scheduler_type": "constant" if k > 0 else kind}
+    if kind != "linear":
+        raise PlaypenError(f"{where}: schedule_across_rounds slices a linear or constant schedule; "
+                           f"trainer.lr_scheduler_type is {kind}")
+    lr = args.learning_rate
+    start, end = lr * (1 - k / rounds), lr * (1 - (k + 1) / rounds)
+    return {**later, "learning_rate": start, "lr_scheduler_type": "polynomial",
+            "lr_scheduler_kwargs": {"lr_end": end, "power": 1.0}}
 
 
 def rows_file(run, folder: str, k: int) -> Path:
