@@ -8,7 +8,7 @@ PyTorch environment, within ~8 minutes,
 3. the rollout engine against a plain `model.generate` loop and a raw cached decode loop on the same first-turn
    prompts (wordle), with a randomly initialised ~1B Llama built from a config (no weights: tokens/s and the
    ratios are what count), batch 1/16/64; and the same episodes with vLLM generating (use_vllm's colocated
-   engine; target ≥ 5× the engine at batch 64);
+   engine; target ≥ 5× the engine at batch 64), and GRPO's shape: 64 sampled episodes as groups of 8 and 16;
 4. bench/results/gpu-<device>.md: the device, versions, every figure and every failure.
 
 Each phase that fails is written down and the next one runs. `--dry-run` runs the same phases on the CPU, small
@@ -301,8 +301,24 @@ def rollout_bench(dry: bool) -> dict:
             vllm_tokens = sum(sum(e.env_mask) for e in played)
             rows[-1].update(vllm_tok_s=round(vllm_tokens / (time.perf_counter() - start), 1))
             rows[-1]["vllm_vs_engine"] = round(rows[-1]["vllm_tok_s"] / rows[-1]["engine_tok_s"], 2)
+    groups = []  # GRPO's shape: 64 episodes as groups of 8 and 16 sampled episodes per instance (T=1)
+    for group in (2,) if dry else (8, 16):
+        instances = load_instances("wordle", "train", limit=max(1, (4 if dry else 64) // group))
+        row = {"group": group, "episodes": len(instances) * group}
+        for key, player in (("engine", policy), ("vllm", with_vllm)):
+            if player is None:
+                continue
+            engine = RolloutEngine(player, max_new_tokens=new, temperature=1.0, batch_size=64, progress=False, seed=0)
+            _sync(dev)
+            start = time.perf_counter()
+            engine.play("wordle", instances, group_size=group)
+            _sync(dev)
+            row[f"{key}_eps_s"] = round(row["episodes"] / (time.perf_counter() - start), 2)
+        if "vllm_eps_s" in row:
+            row["vllm_vs_engine"] = round(row["vllm_eps_s"] / row["engine_eps_s"], 2)
+        groups.append(row)
     return {"parameters": params, "device": str(dev), "dtype": str(next(model.parameters()).dtype),
-            "max_new_tokens": new, "rows": rows, "vllm": vllm_note}
+            "max_new_tokens": new, "rows": rows, "groups": groups, "vllm": vllm_note}
 
 
 def vllm_policy(model, tokenizer, dev):
@@ -381,6 +397,10 @@ def report(dev: dict, found: dict, phases: dict, install_log: str | None, dry: b
         lines += [f"| {r['batch']} | {r['engine_tok_s']} | {r['generate_tok_s']} | {r['raw_tok_s']} | "
                   f"{r['engine_vs_generate']} | {r['engine_vs_raw']} | {r.get('vllm_tok_s', '-')} | "
                   f"{r.get('vllm_vs_engine', '-')} |" for r in bench["rows"]]
+        lines += ["", "Groups (batch 64, sampled at T=1: the runners play different episodes):", "",
+                  "| group | episodes | engine eps/s | vLLM eps/s | vLLM × engine |", "|---|---|---|---|---|"]
+        lines += [f"| {r['group']} | {r['episodes']} | {r['engine_eps_s']} | {r.get('vllm_eps_s', '-')} | "
+                  f"{r.get('vllm_vs_engine', '-')} |" for r in bench.get("groups", [])]
     lines += ["", "## Failures", ""] + ([f"- {f}" for f in failures] or ["none"])
     return "\n".join(lines) + "\n"
 

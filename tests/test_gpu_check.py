@@ -34,6 +34,8 @@ def test_gpu_check_dry_run_runs_every_phase_and_writes_the_report(tmp_path):
     assert all(r["engine_tok_s"] > 0 and r["raw_tok_s"] > 0 for r in found["rollout"]["rows"])
     if importlib.util.find_spec("vllm") is not None:  # the vLLM rows the first GPU lent measures
         assert all(r["vllm_tok_s"] > 0 for r in found["rollout"]["rows"]) and "vLLM × engine" in text
+        assert [(g["group"], g["episodes"]) for g in found["rollout"]["groups"]] == [(2, 4)]
+        assert all(g["engine_eps_s"] > 0 and g["vllm_eps_s"] > 0 for g in found["rollout"]["groups"])
     assert "resum" in (tmp_path / "work" / "grpo.log").read_text().split("==== killed", 1)[1]
 
 
