@@ -33,8 +33,8 @@ def lrs(args, steps: int) -> list[float]:
 def sft_args(**values):
     from trl import SFTConfig
 
-    return SFTConfig(**{"output_dir": "/tmp/unused", "max_steps": STEPS, "learning_rate": LR, "report_to": [], "bf16": False,
-                        **values})
+    return SFTConfig(**{"output_dir": "/tmp/unused", "max_steps": STEPS, "learning_rate": LR, "report_to": [],
+                        "bf16": False, **values})
 
 
 def test_the_rounds_slices_make_one_linear_schedule():
@@ -63,9 +63,9 @@ def test_a_cosine_schedule_is_refused_in_one_line():
 
 @pytest.mark.slow
 def test_a_distill_run_logs_one_schedule_over_its_rounds(tmp_path):
-    run = train("distill", tmp_path / "runs", "experiment=rounds", "model=playpen-tiny", "game=numberguess", "rounds=2", "instances=4",
-                "max_new_tokens=8", "lora=null", "schedule_across_rounds=true", "trainer.max_steps=2",
-                "trainer.per_device_train_batch_size=2", f"trainer.learning_rate={LR}")
+    run = train("distill", tmp_path / "runs", "experiment=rounds", "model=playpen-tiny", "game=numberguess",
+                "rounds=2", "instances=4", "max_new_tokens=8", "lora=null", "schedule_across_rounds=true",
+                "trainer.max_steps=2", "trainer.per_device_train_batch_size=2", f"trainer.learning_rate={LR}")
     logged = [r["learning_rate"] for r in map(json.loads, run.metrics.read_text().splitlines())
               if "learning_rate" in r]
     whole = lrs(sft_args(max_steps=4, lr_scheduler_type="linear"), 4)
