@@ -300,6 +300,14 @@ def train_seconds(run: Path, step: int) -> float:
     return sum(b - a for a, b in zip(times, times[1:]) if b - a < 600)
 
 
+def measured(run: Path | None, seconds: float) -> float:
+    """A stage's training time from its own step times (a stage resumed in a later session counts its first part
+    too), else the stage's wall time here."""
+    if run is None or not (run / "metrics.jsonl").is_file():
+        return seconds
+    return train_seconds(run, 10**9)
+
+
 def curve(name: str, seed: int, run: Path, args) -> list[dict]:
     """Held-out success (greedy, CURVE episodes per set) at each point of a longer-horizon run."""
     points = []
@@ -641,7 +649,7 @@ def main() -> None:
                 continue
             if run is not None:
                 runs[(name, seed)] = run
-            timings[(name, seed)] = timing(tag, seconds, args)
+            timings[(name, seed)] = timing(tag, measured(run, seconds), args)
             curves[(name, seed)] = {"episodes": episodes_played(run)}
             arms[(name, seed)] = evaluate(str(run), tag, storage, args)
             report(arms, timings, curves, args)
@@ -650,7 +658,7 @@ def main() -> None:
         for name in ("bc-long", "rft-long"):
             run, seconds = arm(name, storage, cold, seed, args)
             if run is not None:
-                timing(f"{name}-s{seed}", seconds, args)
+                timing(f"{name}-s{seed}", measured(run, seconds), args)
                 horizons[(name, seed)] = curve(name, seed, run, args)
                 report(arms, timings, curves, args, horizons)
     print(f"[bench_interaction] done in {time.time() - started:.0f} s")
