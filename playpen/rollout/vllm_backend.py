@@ -45,14 +45,9 @@ class VLLMGenerator:
 
         results = [Generated() for _ in seqs]
         prompts, params, rows = [], [], []
-        for i, seq in enumerate(seqs):
-            budget = min(max_new_tokens, self.max_model_len - len(seq.ids))
-            if budget <= 0:
-                results[i].error = (f"context window of {self.max_model_len} tokens exceeded ({len(seq.ids)} tokens "
-                                    f"before the reply)")
-                continue
+        for i, budget in budgets(seqs, results, max_new_tokens, self.max_model_len).items():
             rows.append(i)
-            prompts.append(TokensPrompt(prompt_token_ids=list(seq.ids)))
+            prompts.append(TokensPrompt(prompt_token_ids=list(seqs[i].ids)))
             params.append(SamplingParams(temperature=temperature, max_tokens=budget, logprobs=0,
                                          stop_token_ids=list(stop_ids), skip_special_tokens=False,
                                          seed=self._seeds.getrandbits(31)
@@ -64,12 +59,9 @@ class VLLMGenerator:
         stops = set(stop_ids)
         for i, output in zip(rows, outputs):
             completion = output.outputs[0]
-            out = results[i]
-            out.ids = list(completion.token_ids)
-            out.logprobs = [entry[token].logprob for token, entry in zip(out.ids, completion.logprobs)]
-            out.stopped = bool(out.ids) and out.ids[-1] in stops
-            seqs[i].ids.extend(out.ids)
-            seqs[i].drop_cache()
+            ids = list(completion.token_ids)
+            reply(seqs[i], results[i], ids, [entry[token].logprob for token, entry in zip(ids, completion.logprobs)],
+                  stops)
         return results
 
 
@@ -87,13 +79,8 @@ class ServedGenerator:
 
         results = [Generated() for _ in seqs]
         by_budget: dict[int, list[int]] = {}
-        for i, seq in enumerate(seqs):
-            budget = min(max_new_tokens, self.max_model_len - len(seq.ids))
-            if budget <= 0:
-                results[i].error = (f"context window of {self.max_model_len} tokens exceeded ({len(seq.ids)} tokens "
-                                    f"before the reply)")
-                continue
-            by_budget.setdefault(budget, []).append(i)
+        for i, budget in budgets(seqs, results, max_new_tokens, self.max_model_len).items():
+            by_budget.setdefault(budget, []).append(i)  # (one request per budget: max_tokens is per request)
         stops = set(stop_ids)
         for budget, rows in by_budget.items():
             try:
@@ -104,14 +91,30 @@ class ServedGenerator:
                 raise PlaypenError(self.served.gone(e)) from None
             for i, ids, logprobs, logprob_ids in zip(rows, out["completion_ids"], out["logprobs"],
                                                      out["logprob_token_ids"]):
-                result = results[i]
-                result.ids = list(ids)
-                result.logprobs = [values[tokens.index(token)]
-                                   for token, values, tokens in zip(ids, logprobs, logprob_ids)]
-                result.stopped = bool(result.ids) and result.ids[-1] in stops
-                seqs[i].ids.extend(result.ids)
-                seqs[i].drop_cache()
+                reply(seqs[i], results[i], list(ids),
+                      [values[tokens.index(token)] for token, values, tokens in zip(ids, logprobs, logprob_ids)], stops)
         return results
+
+
+def budgets(seqs: list[Sequence], results: list[Generated], max_new_tokens: int, max_model_len: int) -> dict:
+    """Sequence index → its reply's token budget; a sequence already at the context window gets its error."""
+    out = {}
+    for i, seq in enumerate(seqs):
+        budget = min(max_new_tokens, max_model_len - len(seq.ids))
+        if budget <= 0:
+            results[i].error = (f"context window of {max_model_len} tokens exceeded ({len(seq.ids)} tokens before "
+                                f"the reply)")
+        else:
+            out[i] = budget
+    return out
+
+
+def reply(seq: Sequence, result: Generated, ids: list[int], logprobs: list[float], stops: set) -> None:
+    """The sampled tokens and their logprobs as the result, appended to the sequence as they are."""
+    result.ids, result.logprobs = ids, logprobs
+    result.stopped = bool(ids) and ids[-1] in stops
+    seq.ids.extend(ids)
+    seq.drop_cache()
 
 
 def generator_for(model, tokenizer, seed: int, memory_fraction: float = 0.9) -> VLLMGenerator:
