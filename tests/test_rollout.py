@@ -363,3 +363,22 @@ def test_clem_files_are_written_by_clemcores_savers_beside_the_records(policy, t
     with pytest.raises(PlaypenError, match="clem_files records one episode per instance"):
         engine(policy).play("wordle", load_instances("wordle", "validation", limit=1), group_size=2,
                             records_dir=tmp_path, clem_files=True)
+
+
+def test_a_model_played_once_is_freed_with_its_last_reference(tiny):
+    """What the engine learns about a model (its forward, its attention layers) must not keep it alive: an eval of
+    many checkpoints, or a study, in one process would hold every model it ever played."""
+    import gc
+    import weakref
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny), dtype=torch.float32).eval()
+    played = RolloutEngine(LocalPolicy(model, AutoTokenizer.from_pretrained(str(tiny)), name="once"),
+                           max_new_tokens=4, temperature=0.0, progress=False).play(
+        "wordle", load_instances("wordle", "train", limit=2))
+    assert len(played) == 2
+    gone = weakref.ref(model)
+    del model, played
+    gc.collect()
+    assert gone() is None

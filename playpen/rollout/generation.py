@@ -22,6 +22,7 @@ re-encoding each row's whole sequence per wave with Hugging Face's own cache.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -63,28 +64,29 @@ class Generated:
 class _Forward:
     """Calls the model, passing logits_to_keep=1 when its forward accepts it (saves the full-vocab projection)."""
 
-    def __init__(self, model):
+    def __init__(self, model, known: dict):
         self.model = model
-        self.keep_last = True
+        self.known = known  # what was learned about this model: whether its forward takes logits_to_keep
 
     def __call__(self, **kwargs) -> torch.Tensor:
-        if self.keep_last:
+        if self.known["keep_last"]:
             try:
                 return self.model(**kwargs, logits_to_keep=1).logits[:, -1]
             except TypeError:
-                self.keep_last = False
+                self.known["keep_last"] = False
         return self.model(**kwargs).logits[:, -1]
 
 
-_FORWARDS: dict[int, tuple[object, _Forward, int | None]] = {}
+# per model, what its first waves learned about it; weakly keyed, so that a model played once (eval, a tournament,
+# a study's checkpoints) is freed with its last reference, and nothing in a value refers to it
+_KNOWN: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 
 
 def _forward_for(model) -> tuple[_Forward, int | None]:
-    entry = _FORWARDS.get(id(model))
-    if entry is None or entry[0] is not model:
-        entry = (model, _Forward(model), kvcache.full_attention_layers(model))
-        _FORWARDS[id(model)] = entry
-    return entry[1], entry[2]
+    known = _KNOWN.get(model)
+    if known is None:
+        known = _KNOWN[model] = {"keep_last": True, "layers": kvcache.full_attention_layers(model)}
+    return _Forward(model, known), known["layers"]
 
 
 def _sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | None):
