@@ -152,7 +152,7 @@ def served(server, tiny):
     model = AutoModelForCausalLM.from_pretrained(str(tiny), dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(tiny))
     engine = connect_server(model, tokenizer, base_url=None, state_file=server["state"], timeout_s=600,
-                            weights_dir=str(server["folder"] / "weights"))
+                            weights_dir=str(server["folder"] / "weights"), root=str(server["folder"]))
     return model, tokenizer, engine
 
 

@@ -242,7 +242,8 @@ def play(name: str, game: str, split: str, temperature: float, limit: int | None
 
 def release_memory() -> None:
     """A study process loads a model for every evaluation set for hours: collect what the last one left and hand
-    freed heap back to the system (without it the process grew past 12 GB and was killed for memory)."""
+    freed heap back to the system. (The 12.9 GB that got a pilot killed was rollout.generation keeping every
+    model alive, fixed there; this keeps what a stage frees from staying in the process's heap.)"""
     import ctypes
     import gc
 

@@ -130,13 +130,13 @@ def _served_class():
 
         @classmethod
         def connect(cls, model, tokenizer, *, base_url: str | None, state_file: str | None, timeout_s: float,
-                    weights_dir: str, accelerator=None) -> "ServedVLLM":
+                    weights_dir: str, root: str, accelerator=None) -> "ServedVLLM":
             require_vllm()
             if accelerator is None:
                 from accelerate import Accelerator
 
                 accelerator = Accelerator()
-            cls._where = {"base_url": base_url, "state_file": state_file, "weights_dir": weights_dir}
+            cls._where = {"base_url": base_url, "state_file": state_file, "weights_dir": weights_dir, "root": root}
             return cls(model, accelerator, tokenizer, mode="server", server_base_url=base_url,
                        server_timeout=timeout_s)
 
@@ -151,19 +151,18 @@ def _served_class():
             """Every process iterates TRL's parameters (gathering is collective); the main one writes them, with a
             tied output head spelled out, and has the server reload them in place and reset its prefix cache."""
             main = self.accelerator.is_main_process
-            tensors = {name: tensor.detach().to("cpu", copy=True).contiguous()
-                       for name, tensor in with_tied_head(self._iter_named_params(), self.model)} if main else None
-            if not main:
-                for _ in self._iter_named_params():
-                    pass
-            else:
-                from safetensors.torch import save_file
+            tensors = {}
+            for name, tensor in with_tied_head(self._iter_named_params(), self.model):
+                if main:
+                    tensors[name] = tensor.detach().to("cpu", copy=True).contiguous()
+            if main:
+                from safetensors.torch import save
 
-                folder = Path(self._where["weights_dir"])
-                folder.mkdir(parents=True, exist_ok=True)
-                save_file(tensors, str(folder / "model.safetensors.tmp"))
-                os.replace(folder / "model.safetensors.tmp", folder / "model.safetensors")
-                self.call("collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
+                from playpen.storage import atomic_write_bytes
+
+                folder = self._where["weights_dir"]
+                atomic_write_bytes(Path(folder) / "model.safetensors", save(tensors), root=self._where["root"])
+                self.call("collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": folder}})
                 self.call("reset_prefix_cache", None)
             self.accelerator.wait_for_everyone()
 

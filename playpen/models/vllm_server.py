@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from playpen.errors import PlaypenError
+from playpen.storage import open_append
 
 STATE_ENV = "PLAYPEN_VLLM_STATE"  # the state file a job's server writes and its trainer reads
 SERVER_LOG_TAIL = 5  # lines of the server's log quoted when it ended
@@ -60,9 +61,10 @@ def serve_command(path: str, port: int, dtype: str, max_model_len: int, memory_f
 
 
 def write_state(path: Path, **state) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"time": time.time(), **state}))
-    os.replace(tmp, path)
+    """Whole or not at all, never through a link planted at its name (the job folder is the root)."""
+    from playpen.storage import atomic_write_json
+
+    atomic_write_json(path, {"time": time.time(), **state}, root=path.parent)
 
 
 def read_state(path: str | Path | None) -> dict:
@@ -100,9 +102,12 @@ def serve(model: str, state: Path, port: int, dtype: str, max_model_len: int, me
     log = state.with_suffix(".log")
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")  # /collective_rpc and /reset_prefix_cache live there
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    with open(log, "ab") as out:
+    out = open_append(log, "vLLM server log")  # (a link planted at its name is refused, not written through)
+    try:
         child = subprocess.Popen(serve_command(path, port, dtype, max_model_len, memory_fraction), env=env,
                                  stdout=out, stderr=subprocess.STDOUT)
+    finally:
+        os.close(out)
     write_state(state, state="starting", url=f"http://{host}:{port}", host=host, pid=child.pid, log=str(log))
     signal.signal(signal.SIGTERM, lambda *_: child.terminate())
     code = child.wait()
@@ -113,22 +118,15 @@ def serve(model: str, state: Path, port: int, dtype: str, max_model_len: int, me
 
 # ---------------------------------------------------------------- the trainer's side
 
-def server_url(base_url: str | None, state_file: str | None) -> str:
-    """The URL to use: the one configured, else the one the job's server wrote."""
-    if base_url:
-        return base_url.rstrip("/")
-    if not state_file:
-        raise PlaypenError("vllm_mode: server needs a server: submit with --nodes 2 or more (the job starts one on "
-                           "its first node), or set vllm_server_base_url to one you started")
-    return ""
-
-
 def wait_for_server(base_url: str | None, state_file: str | None, timeout_s: float, poll_s: float = 1.0) -> str:
     """The server's URL once its /health answers, within `timeout_s`; otherwise one line naming the URL and why
     (the state file says whether the server failed to start or exited, with its log's last lines)."""
     import requests
 
-    url = server_url(base_url, state_file)
+    if not base_url and not state_file:
+        raise PlaypenError("vllm_mode: server needs a server: submit with --nodes 2 or more (the job starts one on "
+                           "its first node), or set vllm_server_base_url to one you started")
+    url = base_url.rstrip("/") if base_url else ""  # (else the one the job's server writes in its state file)
     deadline = time.monotonic() + timeout_s
     while True:
         state = read_state(state_file) if not base_url else {}

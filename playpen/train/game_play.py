@@ -246,7 +246,8 @@ def with_vllm(session: Session, policy, step: int, seed: int, accelerator=None):
         session.vllm = connect_server(policy.model, session.tokenizer, accelerator=accelerator,
                                       base_url=cfg.vllm_server_base_url, state_file=os.environ.get(STATE_ENV),
                                       timeout_s=cfg.vllm_server_timeout,
-                                      weights_dir=str(session.run.path / "vllm-weights"))
+                                      weights_dir=str(session.run.path / "vllm-weights"),
+                                      root=str(session.run.path))
     elif session.vllm is None:
         session.vllm = start_colocated(policy.model, session.tokenizer, accelerator=accelerator,
                                        dtype="bfloat16" if session.autocast_bf16() else "float32",
