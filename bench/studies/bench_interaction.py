@@ -276,6 +276,16 @@ def timing(tag: str, seconds: float, args) -> float:
     return known.get(tag, {}).get("seconds", seconds)
 
 
+def episodes(tag: str, run: Path | None, args) -> int:
+    """Episodes a stage played while training, remembered beside its training time (the run may be gone)."""
+    path = evals_folder(args) / "timings.json"
+    known = json.loads(path.read_text()) if path.is_file() else {}
+    if run is not None and tag in known and "episodes" not in known[tag]:
+        known[tag]["episodes"] = episodes_played(run)
+        path.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
+    return known.get(tag, {}).get("episodes", episodes_played(run))
+
+
 def cpu_name() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
         if line.startswith("model name"):
@@ -674,7 +684,7 @@ def main() -> None:
             if run is not None:
                 runs[(name, seed)] = run
             timings[(name, seed)] = timing(tag, measured(run, seconds), args)
-            curves[(name, seed)] = {"episodes": episodes_played(run)}
+            curves[(name, seed)] = {"episodes": episodes(tag, run, args)}
             arms[(name, seed)] = evaluate(str(run), tag, storage, args, sampled=seed == args.seeds[0])
             report(arms, timings, curves, args)
     horizons: dict = {}
