@@ -95,9 +95,10 @@ def parse_args():
 # ---------------------------------------------------------------- stages
 
 def train(method: str, storage: Path, overrides: list[str], args) -> tuple[Path | None, float]:
-    done = bench_learning.train(method, storage, overrides, report_only=args.report_only)
+    """One stage (bench_learning.train) and its training time from its own step times (`measured`)."""
+    run, seconds = bench_learning.train(method, storage, overrides, report_only=args.report_only)
     release_memory()
-    return done
+    return run, measured(run, seconds)
 
 
 def jsonl(path: Path, conversations: list) -> Path:
@@ -683,7 +684,7 @@ def main() -> None:
                 continue
             if run is not None:
                 runs[(name, seed)] = run
-            timings[(name, seed)] = timing(tag, measured(run, seconds), args)
+            timings[(name, seed)] = timing(tag, seconds, args)
             curves[(name, seed)] = {"episodes": episodes(tag, run, args)}
             arms[(name, seed)] = evaluate(str(run), tag, storage, args, sampled=seed == args.seeds[0])
             report(arms, timings, curves, args)
@@ -692,7 +693,7 @@ def main() -> None:
         for name in ("bc-long", "rft-long"):
             run, seconds = arm(name, storage, cold, seed, args)
             if run is not None:
-                timing(f"{name}-s{seed}", measured(run, seconds), args)
+                timing(f"{name}-s{seed}", seconds, args)
                 horizons[(name, seed)] = curve(name, seed, run, args)
                 report(arms, timings, curves, args, horizons)
     print(f"[bench_interaction] done in {time.time() - started:.0f} s")
