@@ -265,26 +265,21 @@ def evaluated(tag: str, args) -> bool:
     return len(list(evals_folder(args).glob(f"{tag}-*-T0.json"))) >= len(HELD_OUT) + len(OTHER_GAMES) + 1
 
 
-def timing(tag: str, seconds: float, args) -> float:
-    """Training wall time of a stage, remembered beside the evaluations (a reused stage reports the first time)."""
+def remember(tag: str, seconds: float, run: Path | None, args) -> dict:
+    """A stage's training time and the episodes it played, kept beside the evaluations the first time they are
+    known (a reused stage reports the first time; the run may be gone later): {"seconds", "episodes"}."""
     path = evals_folder(args) / "timings.json"
     known = json.loads(path.read_text()) if path.is_file() else {}
-    if seconds == seconds and tag not in known:
-        known[tag] = {"seconds": seconds, "machine": platform.processor() or platform.machine(),
-                      "cpu": cpu_name(), "bf16": precision_here()}
+    entry = dict(known.get(tag, {}))
+    if seconds == seconds and "seconds" not in entry:
+        entry.update(seconds=seconds, machine=platform.processor() or platform.machine(), cpu=cpu_name(),
+                     bf16=precision_here())
+    if run is not None and "episodes" not in entry:
+        entry["episodes"] = episodes_played(run)
+    if entry and entry != known.get(tag):
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
-    return known.get(tag, {}).get("seconds", seconds)
-
-
-def episodes(tag: str, run: Path | None, args) -> int:
-    """Episodes a stage played while training, remembered beside its training time (the run may be gone)."""
-    path = evals_folder(args) / "timings.json"
-    known = json.loads(path.read_text()) if path.is_file() else {}
-    if run is not None and tag in known and "episodes" not in known[tag]:
-        known[tag]["episodes"] = episodes_played(run)
-        path.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
-    return known.get(tag, {}).get("episodes", episodes_played(run))
+        path.write_text(json.dumps({**known, tag: entry}, indent=1, sort_keys=True) + "\n")
+    return {"seconds": entry.get("seconds", seconds), "episodes": entry.get("episodes", episodes_played(run))}
 
 
 def cpu_name() -> str:
@@ -670,7 +665,7 @@ def main() -> None:
     if cold is None and not evaluated("cold", args):
         print("[bench_interaction] the cold start has not finished; nothing to report")
         return
-    timings[("cold", 0)] = timing("cold", seconds, args)
+    timings[("cold", 0)] = remember("cold", seconds, cold, args)["seconds"]
     arms[("cold", 0)] = evaluate(str(cold), "cold", storage, args)
     report(arms, timings, curves, args)
     # seed-major: every arm of the first seed before any second seed, so an interrupted run still compares arms
@@ -684,8 +679,9 @@ def main() -> None:
                 continue
             if run is not None:
                 runs[(name, seed)] = run
-            timings[(name, seed)] = timing(tag, seconds, args)
-            curves[(name, seed)] = {"episodes": episodes(tag, run, args)}
+            kept = remember(tag, seconds, run, args)
+            timings[(name, seed)] = kept["seconds"]
+            curves[(name, seed)] = {"episodes": kept["episodes"]}
             arms[(name, seed)] = evaluate(str(run), tag, storage, args, sampled=seed == args.seeds[0])
             report(arms, timings, curves, args)
     horizons: dict = {}
@@ -693,7 +689,7 @@ def main() -> None:
         for name in ("bc-long", "rft-long"):
             run, seconds = arm(name, storage, cold, seed, args)
             if run is not None:
-                timing(f"{name}-s{seed}", seconds, args)
+                remember(f"{name}-s{seed}", seconds, run, args)
                 horizons[(name, seed)] = curve(name, seed, run, args)
                 report(arms, timings, curves, args, horizons)
     print(f"[bench_interaction] done in {time.time() - started:.0f} s")
